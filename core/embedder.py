@@ -1,0 +1,249 @@
+"""``Embedder``: texts in, L2-normalised last-token (EOS) embeddings out, with vertical chunking."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from recemb.core.loading import load_encoder, resolve_model_path
+from recemb.core.model import Mamba2Encoder
+from recemb.core.prompts import query_prompt
+from recemb.core.tokenizer import TextTokenizer
+from recemb.core.vertical import encode_vertical
+from recemb.kernels import BACKENDS
+
+PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
+
+
+def _resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    resolved = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return resolved
+
+
+class Embedder:
+    """A Mamba2 text embedder with constant memory in the input length.
+
+    Args:
+        model: the backbone.
+        tokenizer: turns text into ids ending in EOS; None allows only ``embed_token_ids``.
+        vertical_chunk_size: V, tokens per vertical chunk (a memory dial; any V >= 1 gives the same result).
+            None: 4096 for a single sequence, 2·chunk_size for batches.
+        backend: SSD scan backend, "auto" | "torch" | "triton".
+        max_length: truncate inputs to this many tokens (EOS included); None never truncates.
+        name: where the model came from (recorded by integrations).
+    """
+
+    def __init__(
+        self,
+        model: Mamba2Encoder,
+        tokenizer: TextTokenizer | None = None,
+        vertical_chunk_size: int | None = None,
+        backend: str = "auto",
+        max_length: int | None = None,
+        name: str | None = None,
+    ):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.vertical_chunk_size = _check_positive("vertical_chunk_size", vertical_chunk_size)
+        self.backend = backend
+        self.max_length = _check_positive("max_length", max_length)
+        self.name = name
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | os.PathLike,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        vertical_chunk_size: int | None = None,
+        backend: str = "auto",
+        tokenizer: str | os.PathLike | TextTokenizer | None = None,
+        eos_token_id: int | None = None,
+        max_length: int | None = None,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        token: str | bool | None = None,
+        local_files_only: bool | None = None,
+    ) -> "Embedder":
+        """Load a local folder or a Hugging Face id (resolved through the hub cache; honours HF_HUB_OFFLINE).
+
+        device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
+        a GPU. tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
+        (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
+        """
+        hub = dict(revision=revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
+        folder = resolve_model_path(name_or_path, **hub)
+        device = _resolve_device(device)
+        model = load_encoder(folder, device=device, dtype=_resolve_dtype(dtype))
+        if isinstance(tokenizer, TextTokenizer):
+            tok = tokenizer
+        elif tokenizer is not None:
+            tok = TextTokenizer.load(tokenizer, eos_token_id=eos_token_id)
+        else:
+            tok = TextTokenizer.from_folder(folder, eos_token_id=eos_token_id)
+        return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,
+                   max_length=max_length, name=str(name_or_path))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embeddings.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embeddings.weight.dtype
+
+    @property
+    def config(self):
+        return self.model.config
+
+    # ------------------------------------------------------------------ text API
+    def tokenize(self, texts: Sequence[str], prompt: str | None = None, max_length: int | None = None
+                 ) -> list[list[int]]:
+        """Token ids per text: prompt + text, BOS as the tokenizer adds it, EOS last; truncated to max_length."""
+        if self.tokenizer is None:
+            raise RuntimeError(
+                "this model was loaded without a tokenizer (its folder has no tokenizer.json or "
+                "tokenizer_config.json): pass tokenizer=... to from_pretrained, or use embed_token_ids"
+            )
+        if prompt is not None and not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
+        texts = [prompt + t for t in texts] if prompt else list(texts)
+        ids = self.tokenizer.encode(texts)
+        limit = _check_positive("max_length", max_length) or self.max_length
+        if limit is not None:
+            eos = self.tokenizer.eos_token_id
+            ids = [seq if len(seq) <= limit else seq[: limit - 1] + [eos] for seq in ids]
+        return ids
+
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 8,
+        prompt: str | None = None,
+        normalize: bool = True,
+        show_progress_bar: bool | None = None,
+        vertical_chunk_size: int | None = None,
+        max_length: int | None = None,
+    ) -> np.ndarray:
+        """Embed texts: (n, dim) float32, or (dim,) for a single str. ``prompt`` is prepended verbatim."""
+        single = isinstance(texts, str)
+        items = _validate_texts(texts)
+        ids = self.tokenize(items, prompt=prompt, max_length=max_length) if items else []
+        out = self.embed_token_ids(ids, normalize=normalize, batch_size=batch_size,
+                                   show_progress_bar=show_progress_bar, vertical_chunk_size=vertical_chunk_size)
+        array = out.float().cpu().numpy()
+        return array[0] if single else array
+
+    def encode_queries(self, queries: str | Sequence[str], instruction: str | None = None, **kwargs) -> np.ndarray:
+        """Queries get ``Instruct: {instruction}\\nQuery: ``; ``instruction`` may be an E5 task name
+        (e.g. "SciFact"), any instruction text, or None for the web-search default."""
+        return self.encode(queries, prompt=query_prompt(instruction), **kwargs)
+
+    def encode_documents(self, documents: str | Sequence[str], **kwargs) -> np.ndarray:
+        """Documents are embedded without any prompt, so one index serves every task."""
+        if kwargs.get("prompt"):
+            raise ValueError("documents never get a prompt or instruction; use encode() for custom prompts")
+        kwargs.pop("prompt", None)
+        return self.encode(documents, **kwargs)
+
+    # ------------------------------------------------------------------ ids API
+    @torch.inference_mode()
+    def embed_token_ids(
+        self,
+        sequences: Sequence[Sequence[int]] | torch.Tensor,
+        normalize: bool = False,
+        batch_size: int = 8,
+        show_progress_bar: bool | None = None,
+        vertical_chunk_size: int | None = None,
+    ) -> torch.Tensor:
+        """Embed already-tokenised sequences (EOS included, pooled at each one's last token): (n, dim) fp32."""
+        seqs = _validate_ids(sequences, self.config.vocab_size)
+        batch_size = _check_positive("batch_size", batch_size)
+        V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
+        out = torch.empty(len(seqs), self.dim, dtype=torch.float32, device=self.device)
+        total = sum(len(s) for s in seqs)
+        show = show_progress_bar if show_progress_bar is not None else total >= PROGRESS_MIN_TOKENS
+        with tqdm(total=total, disable=not show, unit="tok", unit_scale=True, desc="Embedding") as bar:
+            for idx, batch_ids, lengths in self._batches(seqs, batch_size):
+                pooled = encode_vertical(self.model, batch_ids, lengths, V, backend=self.backend,
+                                         on_tokens=bar.update)
+                out[idx.to(self.device)] = pooled.float()
+        return F.normalize(out, p=2, dim=-1) if normalize else out
+
+    def _batches(self, seqs: list[list[int]], batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor,
+                                                                                   torch.Tensor]]:
+        """Length-sorted batches: (original indices, right-padded ids (b, T), lengths (b,))."""
+        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+        pad_id = self.config.pad_token_id if self.config.pad_token_id is not None else 0
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            lengths = torch.tensor([len(seqs[i]) for i in idx], dtype=torch.long)
+            ids = torch.full((len(idx), int(lengths.max())), pad_id, dtype=torch.long)
+            for row, i in enumerate(idx):
+                ids[row, : len(seqs[i])] = torch.as_tensor(seqs[i], dtype=torch.long)
+            yield torch.tensor(idx), ids.to(self.device), lengths
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Embedder(name={self.name!r}, dim={self.dim}, layers={c.num_hidden_layers}, device={self.device}, "
+                f"dtype={self.dtype}, vertical_chunk_size={self.vertical_chunk_size}, backend={self.backend!r})")
+
+
+def _check_positive(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return value
+
+
+def _validate_texts(texts) -> list[str]:
+    if isinstance(texts, str):
+        return [texts]
+    if texts is None or isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
+        raise TypeError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
+    items = list(texts)
+    for i, t in enumerate(items):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
+    return items
+
+
+def _validate_ids(sequences, vocab_size: int) -> list[list[int]]:
+    if isinstance(sequences, torch.Tensor):
+        if sequences.dim() != 2:
+            raise ValueError(f"a tensor of token ids must be 2-D (n, T), got shape {tuple(sequences.shape)}")
+        seqs = sequences.tolist()
+    else:
+        seqs = [list(s) for s in sequences]
+    for i, s in enumerate(seqs):
+        if len(s) == 0:
+            raise ValueError(f"sequences[{i}] is empty; every sequence needs at least its EOS token")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in s):
+            raise TypeError(f"sequences[{i}] must hold ints")
+        lo, hi = min(s), max(s)
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"sequences[{i}] has token id {lo if lo < 0 else hi} outside [0, {vocab_size})")
+    return seqs

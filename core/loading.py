@@ -1,0 +1,230 @@
+"""Everything that touches disk or the hub: model folders, configs, weights.
+
+Formats read:
+- transformers Mamba2: ``config.json`` with ``model_type: "mamba2"``; ``model.safetensors`` (or sharded with
+  ``model.safetensors.index.json``) or ``pytorch_model.bin`` (or sharded with its index). recemb's
+  sentence-transformers export is this format plus sentence-transformers files.
+- mamba_ssm: ``config.json`` with ``ssm_cfg`` (``layer: "Mamba2"``) and ``pytorch_model.bin``.
+- mistral_inference (Mamba-Codestral-7B native): ``params.json`` and ``consolidated.safetensors``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from recemb.core.config import ConfigError, Mamba2Config
+from recemb.core.model import Mamba2Encoder
+
+FORMATS_HELP = (
+    "recemb reads: transformers Mamba2 (config.json with model_type 'mamba2' + model.safetensors, a sharded "
+    "model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json with ssm_cfg + pytorch_model.bin), "
+    "and mistral_inference (params.json + consolidated.safetensors)"
+)
+WEIGHT_FILES = {
+    "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                     "pytorch_model.bin.index.json"),
+    "mamba_ssm": ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.safetensors",
+                  "model.safetensors.index.json"),
+    "codestral": ("consolidated.safetensors",),
+}
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class CheckpointError(ValueError):
+    """A model folder's files do not fit each other (wrong shapes, missing or unexpected tensors)."""
+
+
+def resolve_model_path(
+    name_or_path: str | os.PathLike,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool | None = None,
+) -> Path:
+    """A local folder as it is, or a Hugging Face id resolved through the hub cache (honours HF_HUB_OFFLINE)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise NotADirectoryError(f"{str(name_or_path)!r} is a file; expected a model folder. {FORMATS_HELP}")
+    name = str(name_or_path)
+    if not _REPO_ID.match(name):
+        raise FileNotFoundError(f"no model folder at {name!r} (and it is not a Hugging Face id like 'org/name')")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(
+                name, revision=revision, cache_dir=cache_dir, token=token,
+                local_files_only=bool(local_files_only),
+            )
+        )
+    except Exception as e:  # the hub client raises several types for "not there"
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or local_files_only
+        where = "in the Hugging Face cache (offline)" if offline else "locally or on the Hugging Face hub"
+        raise FileNotFoundError(f"model {name!r} was not found {where}: {e}") from e
+
+
+def detect_format(folder: Path) -> str:
+    """``"transformers"``, ``"mamba_ssm"`` or ``"codestral"``; a clear error otherwise."""
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        d = _read_json(config_path)
+        if d.get("model_type") == "mamba2":
+            return "transformers"
+        if "ssm_cfg" in d:
+            return "mamba_ssm"
+        raise ConfigError(
+            f"{config_path} is neither a transformers Mamba2 config (model_type 'mamba2', found "
+            f"{d.get('model_type')!r}) nor a mamba_ssm config (ssm_cfg). {FORMATS_HELP}"
+        )
+    if (folder / "params.json").is_file():
+        return "codestral"
+    raise FileNotFoundError(f"{folder} has no config.json or params.json. {FORMATS_HELP}")
+
+
+def read_config(folder: Path, fmt: str | None = None) -> Mamba2Config:
+    fmt = fmt or detect_format(folder)
+    if fmt == "transformers":
+        return Mamba2Config.from_transformers_dict(_read_json(folder / "config.json"))
+    if fmt == "mamba_ssm":
+        return Mamba2Config.from_mamba_ssm_dict(_read_json(folder / "config.json"))
+    if fmt == "codestral":
+        return Mamba2Config.from_codestral_params(_read_json(folder / "params.json"))
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
+    """Raw tensors from the first weight file of ``fmt`` present in ``folder`` (on the CPU)."""
+    for name in WEIGHT_FILES[fmt]:
+        path = folder / name
+        if path.is_file():
+            if name.endswith(".index.json"):
+                weight_map = _read_json(path).get("weight_map", {})
+                state: dict[str, torch.Tensor] = {}
+                for shard in sorted(set(weight_map.values())):
+                    shard_path = folder / shard
+                    if not shard_path.is_file():
+                        raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
+                    state.update(_read_weight_file(shard_path))
+                return state
+            return _read_weight_file(path)
+    raise FileNotFoundError(
+        f"{folder} has a {fmt} config but no weights: expected one of {', '.join(WEIGHT_FILES[fmt])}. {FORMATS_HELP}"
+    )
+
+
+def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cpu")
+    return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+
+
+def to_encoder_keys(state: dict[str, torch.Tensor], config: Mamba2Config) -> dict[str, torch.Tensor]:
+    """Map any supported naming onto ``Mamba2Encoder`` keys (= transformers ``Mamba2Model``); drop the LM head."""
+    out: dict[str, torch.Tensor] = {}
+    lm_head = None
+    for key, tensor in state.items():
+        if key.startswith("model."):  # mistral_inference consolidated.safetensors
+            key = key[len("model."):]
+        if key.startswith("lm_head."):
+            lm_head = tensor
+            continue
+        if key.startswith("backbone."):
+            key = key[len("backbone."):]
+        if key.startswith("embedding."):  # mamba_ssm's singular name
+            key = "embeddings." + key[len("embedding."):]
+        out[key] = tensor
+    if "embeddings.weight" not in out and lm_head is not None and config.tie_word_embeddings:
+        out["embeddings.weight"] = lm_head  # a tied checkpoint saved under the head's name
+    return out
+
+
+def load_encoder(
+    folder: Path,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+) -> Mamba2Encoder:
+    """Build a ``Mamba2Encoder`` from a model folder in any supported format.
+
+    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
+    """
+    fmt = detect_format(folder)
+    config = read_config(folder, fmt)
+    state = to_encoder_keys(read_state_dict(folder, fmt), config)
+    if dtype is None:
+        dtype = torch.float32 if device.type == "cpu" else checkpoint_dtype(config, state)
+    with torch.device("meta"):
+        model = Mamba2Encoder(config)
+    check_state_dict(model, state, folder)
+    state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def checkpoint_dtype(config: Mamba2Config, state: dict[str, torch.Tensor]) -> torch.dtype:
+    if config.torch_dtype:
+        dtype = getattr(torch, str(config.torch_dtype).replace("torch.", ""), None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+    return state["embeddings.weight"].dtype
+
+
+def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], source: Path | str) -> None:
+    """Every expected tensor present with the shape the config implies; nothing unexpected."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing:
+        raise CheckpointError(
+            f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. {missing[:4]}"
+        )
+    if unexpected:
+        raise CheckpointError(
+            f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. {unexpected[:4]} "
+            "(hybrid or MLP checkpoints are not supported)"
+        )
+    c = model.config
+    for key, ref in expected.items():
+        got = tuple(state[key].shape)
+        if got != tuple(ref.shape):
+            hint = ""
+            if key.endswith("in_proj.weight"):
+                hint = (f" (in_proj rows = 2*I + 2*g*n + h = 2*{c.intermediate_size} + 2*{c.n_groups}*"
+                        f"{c.state_size} + {c.num_heads}; check n_groups and state_size)")
+            elif key.endswith("conv1d.weight"):
+                hint = f" (conv rows = I + 2*g*n = {c.intermediate_size} + 2*{c.n_groups}*{c.state_size})"
+            raise CheckpointError(
+                f"{source}: tensor {key!r} has shape {got}, but the config implies {tuple(ref.shape)}{hint}"
+            )
+
+
+def save_encoder(model: Mamba2Encoder, folder: str | os.PathLike, safe_serialization: bool = True) -> None:
+    """Write ``config.json`` + ``model.safetensors`` in transformers' Mamba2Model naming."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_transformers_dict()
+    config["torch_dtype"] = str(model.embeddings.weight.dtype).replace("torch.", "")
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if safe_serialization:
+        from safetensors.torch import save_file
+
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        torch.save(state, folder / "pytorch_model.bin")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())  # Python's json accepts the bare Infinity in Codestral's config
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON: {e}") from e

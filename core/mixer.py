@@ -1,0 +1,115 @@
+"""Mamba2 mixer and block with explicit state.
+
+Shape glossary: b batch, l tokens in this (vertical) chunk, d model width, I = h * p intermediate width,
+h heads, p head dim, g groups, n state size, k conv width. SSM tensors: A (h,), B/C (b, l, g, n),
+D (h,), dt (b, l, h), x (b, l, h, p), z the gate (b, l, I).
+
+Follows transformers' ``Mamba2Mixer`` torch path (models/mamba2/modeling_mamba2.py, v5.24) and mamba_ssm's
+``Mamba2`` (modules/mamba2.py): parameter names match both, so state_dicts load unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from recemb.core.config import Mamba2Config
+from recemb.core.state import LayerState
+from recemb.kernels import causal_conv1d, gated_rms_norm, ssd_chunk_scan
+
+
+class RMSNorm(nn.Module):
+    """Plain RMSNorm in fp32, cast back to the input dtype before the weight (transformers' Mamba2RMSNorm)."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        in_dtype = h.dtype
+        hf = h.float()
+        hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * hf.to(in_dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """Holds the gated-norm weight (key ``mixer.norm.weight``); the maths is ``recemb.kernels.gated_rms_norm``."""
+
+    def __init__(self, d: int, group_size: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.group_size = group_size
+        self.eps = eps
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+        return gated_rms_norm(y, z, self.weight, self.group_size, self.eps, backend=backend)
+
+
+class Mamba2Mixer(nn.Module):
+    """in_proj -> (z, xBC, dt) -> causal conv1d (carried state) -> SiLU -> (x, B, C) -> SSD scan (carried state)
+    -> gated RMSNorm(y, z) -> out_proj."""
+
+    def __init__(self, config: Mamba2Config):
+        super().__init__()
+        c = config
+        self.config = c
+        self.d_inner = c.intermediate_size  # I
+        self.nheads, self.headdim = c.num_heads, c.head_dim  # h, p
+        self.ngroups, self.d_state = c.n_groups, c.state_size  # g, n
+        self.conv_dim = c.conv_dim
+        # Order of in_proj rows: [z (I), xBC (I + 2gn), dt (h)]
+        self.in_proj = nn.Linear(c.hidden_size, c.in_proj_size, bias=c.use_bias)
+        self.conv1d = nn.Conv1d(
+            self.conv_dim, self.conv_dim, c.conv_kernel, groups=self.conv_dim,
+            padding=c.conv_kernel - 1, bias=c.use_conv_bias,
+        )  # used for its weight (conv_dim, 1, k) and bias only
+        self.dt_bias = nn.Parameter(torch.zeros(self.nheads))
+        self.A_log = nn.Parameter(torch.zeros(self.nheads))
+        self.D = nn.Parameter(torch.ones(self.nheads))
+        self.norm = GatedRMSNorm(self.d_inner, self.d_inner // self.ngroups, c.layer_norm_epsilon)
+        self.out_proj = nn.Linear(self.d_inner, c.hidden_size, bias=c.use_bias)
+
+    def forward(
+        self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto"
+    ) -> tuple[torch.Tensor, LayerState]:
+        """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence).
+
+        Return: out (b, l, d) in u.dtype, and the state after the last token of u.
+        """
+        b, l, _ = u.shape
+        h, p, g, n = self.nheads, self.headdim, self.ngroups, self.d_state
+        zxbcdt = self.in_proj(u)  # (b, l, I + conv_dim + h)
+        z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, h], dim=-1)
+        xBC, conv_state = causal_conv1d(
+            xBC, self.conv1d.weight[:, 0, :], self.conv1d.bias,
+            conv_state=None if state is None else state.conv_state, activation="silu", backend=backend,
+        )  # (b, l, conv_dim)
+        x, B, C = torch.split(xBC, [self.d_inner, g * n, g * n], dim=-1)
+        A = -torch.exp(self.A_log.float())  # (h,)
+        y, ssm_state = ssd_chunk_scan(
+            x.reshape(b, l, h, p), dt, A, B.reshape(b, l, g, n), C.reshape(b, l, g, n),
+            self.config.chunk_size, D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
+            dt_limit=self.config.time_step_limit,
+            initial_states=None if state is None else state.ssm_state,
+            return_final_states=True, backend=backend, out_dtype=torch.float32,
+        )  # y (b, l, h, p) fp32, ssm_state (b, h, p, n) fp32
+        y = self.norm(y.reshape(b, l, self.d_inner), z, backend=backend)  # (b, l, I)
+        return self.out_proj(y.to(u.dtype)), LayerState(conv_state, ssm_state)
+
+
+class Mamba2Block(nn.Module):
+    """h + mixer(norm(h)); the residual stream is fp32 when ``residual_in_fp32``."""
+
+    def __init__(self, config: Mamba2Config):
+        super().__init__()
+        self.residual_in_fp32 = config.residual_in_fp32
+        self.norm = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
+        self.mixer = Mamba2Mixer(config)
+
+    def forward(
+        self, h: torch.Tensor, state: LayerState | None = None, backend: str = "auto"
+    ) -> tuple[torch.Tensor, LayerState]:
+        residual = h.float() if self.residual_in_fp32 else h
+        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype)), state, backend=backend)
+        return residual + out, state

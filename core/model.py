@@ -1,0 +1,57 @@
+"""Mamba2 backbone as an encoder: embeddings -> blocks -> final RMSNorm, one vertical chunk at a time.
+
+State dict keys equal transformers' ``Mamba2Model`` (``embeddings.weight``, ``layers.{i}.norm.weight``,
+``layers.{i}.mixer.*``, ``norm_f.weight``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from recemb.core.config import Mamba2Config
+from recemb.core.mixer import Mamba2Block, RMSNorm
+from recemb.core.state import LayerState, ModelState
+
+
+class Mamba2Encoder(nn.Module):
+    def __init__(self, config: Mamba2Config):
+        super().__init__()
+        self.config = config
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Mamba2Block(config) for _ in range(config.num_hidden_layers))
+        self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
+
+    @property
+    def dim(self) -> int:
+        return self.config.hidden_size
+
+    def forward_chunk(
+        self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto"
+    ) -> tuple[torch.Tensor, ModelState]:
+        """Run one chunk of tokens through every layer.
+
+        input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start).
+        Return: the residual stream after the last layer (b, l, d), before the final norm, and the new states.
+        """
+        h = self.embeddings(input_ids)  # (b, l, d)
+        new_states: ModelState = []
+        for i, layer in enumerate(self.layers):
+            h, s = layer(h, None if states is None else states[i], backend=backend)
+            new_states.append(s)
+        return h, new_states
+
+    def forward(self, input_ids: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+        """Horizontal forward over the whole input: final-normed hidden states (b, l, d), like Mamba2Model's
+        ``last_hidden_state`` for unpadded input."""
+        h, _ = self.forward_chunk(input_ids, None, backend=backend)
+        return self.norm_f(h)
+
+    def zero_states(self, batch: int, device=None, dtype=None) -> ModelState:
+        c = self.config
+        device = device or self.embeddings.weight.device
+        dtype = dtype or self.embeddings.weight.dtype
+        return [
+            LayerState.zeros(batch, c.conv_dim, c.conv_kernel, c.num_heads, c.head_dim, c.state_size, device, dtype)
+            for _ in range(c.num_hidden_layers)
+        ]

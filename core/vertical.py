@@ -1,0 +1,82 @@
+"""Vertical chunking: each chunk of V tokens goes through all layers before the next, states carried.
+
+Memory is one chunk's activations (O(b·V·d)) plus the per-layer states, whatever the input length T;
+``V >= T`` is ordinary horizontal inference. Sequences are right-padded and pooled at their own last token
+(the appended EOS): the model is causal, so padding after it cannot change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from recemb.core.model import Mamba2Encoder
+
+
+def default_vertical_chunk_size(batch_size: int, chunk_size: int) -> int:
+    """The paper's guidance: 4096 tokens for a single sequence, 2·chunk_size for batches."""
+    return 4096 if batch_size <= 1 else 2 * chunk_size
+
+
+@torch.inference_mode()
+def encode_vertical(
+    model: Mamba2Encoder,
+    input_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    vertical_chunk_size: int | None = None,
+    backend: str = "auto",
+    on_tokens: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """Pooled last-token embeddings of a right-padded batch, computed chunk by chunk.
+
+    Arguments:
+        input_ids: (b, T) right-padded token ids; each row's last real token is its EOS
+        lengths: (b,) real lengths, each >= 1
+        vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size``
+        on_tokens: called with the number of real tokens consumed after every chunk (progress bars)
+    Return:
+        (b, d) final-normed hidden state at position lengths - 1 of each row (fp32 when residual_in_fp32)
+    """
+    b, T = input_ids.shape
+    lengths = lengths.to(torch.long).cpu()
+    if lengths.shape != (b,):
+        raise ValueError(f"lengths must have shape ({b},), got {tuple(lengths.shape)}")
+    if b == 0:
+        return torch.empty(0, model.dim, device=input_ids.device)
+    if int(lengths.min()) < 1 or int(lengths.max()) > T:
+        raise ValueError(f"lengths must lie in [1, {T}]")
+    V = vertical_chunk_size
+    if V is None:
+        V = default_vertical_chunk_size(b, model.config.chunk_size)
+    if V < 1:
+        raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
+
+    # Longest first, so the sequences still running are always a prefix of the batch.
+    order = torch.argsort(lengths, descending=True, stable=True)
+    ids = input_ids[order.to(input_ids.device)]
+    lens = lengths[order]
+    last = lens - 1  # pooling position per row
+    pooled: torch.Tensor | None = None
+    states = None
+    active = b
+    for start in range(0, int(lens[0]), V):
+        still_running = int((lens > start).sum())
+        if still_running < active:  # finished sequences leave the batch
+            states = [s.keep_rows(still_running) for s in states]
+            active = still_running
+        end = min(start + V, int(lens[0]))
+        h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend)  # (a, end-start, d)
+        rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
+        if rows.numel():
+            pos = (last[rows] - start).to(h.device)
+            rows_d = rows.to(h.device)
+            out = model.norm_f(h[rows_d, pos])  # final norm only where a sequence ends
+            if pooled is None:
+                pooled = out.new_empty(b, out.shape[-1])
+            pooled[rows_d] = out
+        if on_tokens is not None:
+            on_tokens(int(torch.clamp(lens[:active] - start, max=end - start).sum()))
+    result = torch.empty_like(pooled)
+    result[order.to(pooled.device)] = pooled
+    return result

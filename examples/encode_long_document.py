@@ -1,0 +1,37 @@
+"""Embed a whole book in one piece with vertical chunking, and show that memory does not grow with its length.
+
+    python3 examples/encode_long_document.py [path/to/book.txt] [--vertical-chunk-size 1024]
+"""
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from demo_model import build_demo_model  # noqa: E402
+
+from recemb.core import Embedder  # noqa: E402
+
+BOOK = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "long" / "moby_dick.txt"
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("path", nargs="?", default=str(BOOK))
+parser.add_argument("--vertical-chunk-size", type=int, default=1024)
+args = parser.parse_args()
+text = Path(args.path).read_text(encoding="utf-8") if Path(args.path).is_file() else "Call me Ishmael. " * 40_000
+
+with tempfile.TemporaryDirectory() as tmp:
+    emb = Embedder.from_pretrained(build_demo_model(Path(tmp), text[:500_000]), device="cpu",
+                                   vertical_chunk_size=args.vertical_chunk_size)
+ids = emb.tokenize([text])[0]
+print(f"{Path(args.path).name}: {len(text):,} characters, {len(ids):,} tokens; {emb}")
+peak_mib = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # noqa: E731 (Linux: KiB)
+for fraction in (1 / 16, 1 / 4, 1):
+    part = ids[: max(2, int(len(ids) * fraction) - 1)] + ids[-1:]  # a prefix, still ending in EOS
+    start = time.perf_counter()
+    vector = emb.embed_token_ids([part], normalize=True, show_progress_bar=True)[0]
+    seconds = time.perf_counter() - start
+    print(f"{len(part):>9,} tokens  {seconds:7.1f} s  {len(part) / seconds:8,.0f} tok/s  "
+          f"peak RSS so far {peak_mib():7,.0f} MiB  |v| = {vector.norm():.4f}")

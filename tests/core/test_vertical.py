@@ -1,0 +1,89 @@
+"""Vertical chunking changes memory, never results: any V, any batch composition, any padding."""
+
+import pytest
+import torch
+
+from recemb.core import encode_vertical
+from tests.utils import assert_close
+
+
+@pytest.fixture(scope="module")
+def model(tiny_embedder):
+    return tiny_embedder.model
+
+
+@pytest.fixture(scope="module")
+def batch():
+    torch.manual_seed(0)
+    lengths = torch.tensor([70, 33, 8, 1, 64])
+    ids = torch.randint(3, 300, (5, 70))
+    return ids, lengths
+
+
+def test_vertical_equals_horizontal_for_every_V(model, batch):
+    ids, lengths = batch
+    q = model.config.chunk_size
+    horizontal = encode_vertical(model, ids, lengths, 10_000, backend="torch")
+    for V in (1, 7, q, 2 * q, 70):
+        got = encode_vertical(model, ids, lengths, V, backend="torch")
+        assert_close(f"V={V}", horizontal, got, 1e-5)
+
+
+def test_pooled_rows_do_not_depend_on_batch_composition(model, batch):
+    ids, lengths = batch
+    together = encode_vertical(model, ids, lengths, 16, backend="torch")
+    for i in range(len(lengths)):
+        n = int(lengths[i])
+        alone = encode_vertical(model, ids[i : i + 1, :n], lengths[i : i + 1], 16, backend="torch")
+        assert_close(f"row {i}", together[i : i + 1], alone, 1e-5)
+
+
+def test_padding_content_and_width_do_not_matter(model, batch):
+    ids, lengths = batch
+    base = encode_vertical(model, ids, lengths, 9, backend="torch")
+    noisy = ids.clone()
+    for i, n in enumerate(lengths.tolist()):
+        noisy[i, n:] = torch.randint(3, 300, (70 - n,))
+    wider = torch.cat([noisy, torch.randint(3, 300, (5, 25))], dim=1)
+    assert_close("other pad values", base, encode_vertical(model, noisy, lengths, 9, backend="torch"), 1e-6)
+    assert_close("wider padding", base, encode_vertical(model, wider, lengths, 9, backend="torch"), 1e-6)
+
+
+def test_chunk_size_changes_only_rounding(model, batch):
+    ids, lengths = batch
+    base = encode_vertical(model, ids, lengths, 32, backend="torch")
+    old = model.config.chunk_size
+    try:
+        for q in (1, 3, 64):
+            model.config.chunk_size = q
+            assert_close(f"chunk_size={q}", base, encode_vertical(model, ids, lengths, 32, backend="torch"), 1e-5)
+    finally:
+        model.config.chunk_size = old
+
+
+def test_bad_lengths_are_rejected(model):
+    ids = torch.randint(3, 300, (2, 5))
+    with pytest.raises(ValueError, match="lengths must lie in"):
+        encode_vertical(model, ids, torch.tensor([5, 0]), 4)
+    with pytest.raises(ValueError, match="lengths must have shape"):
+        encode_vertical(model, ids, torch.tensor([5]), 4)
+    with pytest.raises(ValueError, match="vertical_chunk_size"):
+        encode_vertical(model, ids, torch.tensor([5, 2]), 0)
+
+
+def test_memory_stays_flat_in_T(model):
+    """Activations allocated per chunk do not depend on T: count the largest tensor seen by the mixers."""
+    largest = []
+
+    def hook(_module, inputs, _output):
+        largest.append(inputs[0].numel())
+
+    handles = [layer.mixer.register_forward_hook(hook) for layer in model.layers]
+    try:
+        for T in (64, 640):
+            largest.clear()
+            encode_vertical(model, torch.randint(3, 300, (1, T)), torch.tensor([T]), 16, backend="torch")
+            assert max(largest) == 16 * model.dim
+    finally:
+        for h in handles:
+            h.remove()

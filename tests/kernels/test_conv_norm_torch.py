@@ -1,0 +1,56 @@
+"""Torch references of the causal conv (with carried state) and the gated RMSNorm."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from recemb.kernels import causal_conv1d_ref, gated_rms_norm_ref
+from tests.utils import assert_close
+
+
+def test_conv_without_state_is_causal_zero_padded_conv():
+    torch.manual_seed(0)
+    b, l, d, k = 2, 11, 6, 4
+    x, w, bias = torch.randn(b, l, d), torch.randn(d, k), torch.randn(d)
+    y, state = causal_conv1d_ref(x, w, bias)
+    ref = F.silu(F.conv1d(x.transpose(1, 2), w[:, None], bias, padding=k - 1, groups=d)[..., :l]).transpose(1, 2)
+    assert_close("y", ref, y, 1e-6)
+    assert torch.equal(state, x[:, -k:].transpose(1, 2))
+
+
+@pytest.mark.parametrize("split", [1, 2, 3, 4, 9], ids=lambda s: f"split{s}")
+def test_conv_carried_state_equals_one_pass(split):
+    torch.manual_seed(1)
+    b, l, d, k = 2, 12, 5, 4
+    x, w, bias = torch.randn(b, l, d), torch.randn(d, k), torch.randn(d)
+    y, state = causal_conv1d_ref(x, w, bias)
+    y1, s1 = causal_conv1d_ref(x[:, :split], w, bias)
+    y2, s2 = causal_conv1d_ref(x[:, split:], w, bias, conv_state=s1)
+    assert_close("y", y, torch.cat([y1, y2], dim=1), 1e-6)
+    assert torch.equal(s2, state)
+
+
+def test_conv_state_shorter_input_than_kernel_keeps_history():
+    torch.manual_seed(2)
+    d, k = 3, 4
+    w = torch.randn(d, k)
+    state0 = torch.randn(1, d, k)
+    x = torch.randn(1, 2, d)
+    _, state = causal_conv1d_ref(x, w, None, conv_state=state0, activation=None)
+    assert torch.equal(state, torch.cat([state0[..., 2:], x.transpose(1, 2)], dim=-1))
+
+
+def test_gated_norm_is_per_group():
+    torch.manual_seed(3)
+    y, z, w = torch.randn(2, 5, 12), torch.randn(2, 5, 12), torch.randn(12)
+    out = gated_rms_norm_ref(y, z, w, group_size=4, eps=1e-5)
+    h = (y * F.silu(z)).view(2, 5, 3, 4)
+    ref = (h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).view(2, 5, 12) * w
+    assert_close("out", ref, out, 1e-6)
+    whole = gated_rms_norm_ref(y, z, w, group_size=12)
+    assert (whole - out).abs().max() > 1e-3  # grouping matters
+
+
+def test_gated_norm_rejects_bad_group_size():
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        gated_rms_norm_ref(torch.randn(2, 10), None, torch.ones(10), group_size=4)

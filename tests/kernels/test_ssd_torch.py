@@ -1,0 +1,122 @@
+"""The torch SSD backend against the token-by-token loop (fp64), and the references against each other."""
+
+import pytest
+import torch
+
+from recemb.kernels import prepare_dt, ssd_chunk_scan, ssd_naive_chunked, ssd_naive_recurrent
+from tests.utils import assert_close
+
+
+def random_inputs(b=2, l=37, h=4, p=8, g=2, n=16, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=dtype)  # noqa: E731
+    return dict(
+        x=r(b, l, h, p), dt=r(b, l, h), A=-torch.rand(h, generator=gen, dtype=dtype) * 2 - 0.1,
+        B=r(b, l, g, n), C=r(b, l, g, n), D=r(h), z=r(b, l, h, p), dt_bias=r(h),
+        initial_states=r(b, h, p, n),
+    )
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 16, 64], ids=lambda q: f"Q{q}")
+def test_naive_chunked_equals_naive_recurrent(chunk_size):
+    t = random_inputs()
+    dt = prepare_dt(t["dt"], t["dt_bias"], dt_softplus=True)
+    y_ref, s_ref = ssd_naive_recurrent(t["x"], dt, t["A"], t["B"], t["C"], D=t["D"],
+                                       initial_states=t["initial_states"])
+    y, s = ssd_naive_chunked(t["x"], dt, t["A"], t["B"], t["C"], chunk_size, D=t["D"],
+                             initial_states=t["initial_states"])
+    assert_close("y", y_ref, y, 1e-12)
+    assert_close("final_states", s_ref, s, 1e-12)
+
+
+CASES = [
+    pytest.param(dict(b=1, l=1, h=2, p=4, g=1, n=8), 8, id="B1-L1-H2-G1-Q8"),
+    pytest.param(dict(b=2, l=37, h=4, p=8, g=2, n=16), 8, id="B2-L37-H4-G2-Q8"),
+    pytest.param(dict(b=2, l=64, h=6, p=8, g=3, n=8), 16, id="B2-L64-H6-G3-Q16"),
+    pytest.param(dict(b=3, l=50, h=4, p=16, g=4, n=32), 64, id="B3-L50-H4-G4-Q64"),
+    pytest.param(dict(b=1, l=129, h=2, p=8, g=1, n=16), 32, id="B1-L129-H2-G1-Q32"),
+]
+
+
+@pytest.mark.parametrize("shape,chunk_size", CASES)
+@pytest.mark.parametrize("with_init", [False, True], ids=["no-init", "init"])
+def test_torch_scan_fp64_matches_token_loop(shape, chunk_size, with_init):
+    t = random_inputs(**shape)
+    init = t["initial_states"] if with_init else None
+    kwargs = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=init)
+    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y, s = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], chunk_size, backend="torch", **kwargs)
+    assert y.dtype == torch.float64 and s.dtype == torch.float64
+    assert_close("y", y_ref, y, 1e-10)
+    assert_close("final_states", s_ref, s, 1e-10)
+
+
+@pytest.mark.parametrize("shape,chunk_size", CASES[1:3])
+def test_torch_scan_fp32_within_1e5_of_fp64_loop(shape, chunk_size):
+    t = random_inputs(**shape)
+    t32 = {k: v.float() for k, v in t.items()}
+    kwargs = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"])
+    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    kwargs32 = {k: (v.float() if torch.is_tensor(v) else v) for k, v in kwargs.items()}
+    y, s = ssd_chunk_scan(t32["x"], t32["dt"], t32["A"], t32["B"], t32["C"], chunk_size, backend="torch", **kwargs32)
+    assert y.dtype == torch.float32 and s.dtype == torch.float32
+    assert_close("y", y_ref, y, 1e-5)
+    assert_close("final_states", s_ref, s, 1e-5)
+
+
+def test_dt_limit_is_applied_after_softplus():
+    t = random_inputs(l=20)
+    limit = (0.05, 0.3)
+    kwargs = dict(dt_bias=t["dt_bias"], dt_softplus=True, dt_limit=limit)
+    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y, s = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", **kwargs)
+    assert_close("y", y_ref, y, 1e-10)
+    y_nolimit = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", dt_bias=t["dt_bias"],
+                               dt_softplus=True, return_final_states=False)
+    assert (y_nolimit - y).abs().max() > 1e-3  # the clamp is active on these inputs
+
+
+@pytest.mark.parametrize("split", [1, 7, 8, 30], ids=lambda s: f"split{s}")
+def test_carried_state_equals_one_pass(split):
+    """Scanning [0, split) then [split, l) with the carried state equals one scan: the vertical-chunk carry."""
+    t = random_inputs(l=37)
+    kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True)
+    y, s = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", **kw)
+    parts = [slice(0, split), slice(split, None)]
+    state, ys = None, []
+    for sl in parts:
+        yi, state = ssd_chunk_scan(t["x"][:, sl], t["dt"][:, sl], t["A"], t["B"][:, sl], t["C"][:, sl], 8,
+                                   backend="torch", initial_states=state, **kw)
+        ys.append(yi)
+    assert_close("y", y, torch.cat(ys, dim=1), 1e-12)
+    assert_close("final_states", s, state, 1e-12)
+
+
+def test_out_dtype_and_return_final_states():
+    t = {k: v.float() for k, v in random_inputs(l=9).items()}
+    y = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 4, backend="torch", return_final_states=False,
+                       out_dtype=torch.bfloat16)
+    assert torch.is_tensor(y) and y.dtype == torch.bfloat16 and y.shape == t["x"].shape
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda t: t.update(x=t["x"][0]), "x must be"),
+        (lambda t: t.update(A=t["A"][:-1]), "A must have shape"),
+        (lambda t: t.update(B=t["B"][:, :, :1].expand(-1, -1, 3, -1)), "must divide nheads"),
+        (lambda t: t.update(dt=t["dt"][:, :-1]), "dt must have shape"),
+    ],
+    ids=["x-3d", "A-short", "groups", "dt-short"],
+)
+def test_shape_errors_are_clear(change, message):
+    t = random_inputs(l=9)
+    change(t)
+    with pytest.raises(ValueError, match=message):
+        ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 4, backend="torch")
+
+
+def test_unknown_backend_is_rejected():
+    t = random_inputs(l=4)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 4, backend="cuda")
