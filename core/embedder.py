@@ -44,6 +44,7 @@ class Embedder:
         vertical_chunk_size: V, tokens per vertical chunk (a memory dial; any V >= 1 gives the same result).
             None: 4096 for a single sequence, 2·chunk_size for batches.
         backend: SSD scan backend, "auto" | "torch" | "triton".
+        chunk_size: SSD chunk length q (numerics only); None: the checkpoint's on Triton, 64 on the torch backend.
         max_length: truncate inputs to this many tokens (EOS included); None never truncates.
         name: where the model came from (recorded by integrations).
     """
@@ -56,6 +57,7 @@ class Embedder:
         backend: str = "auto",
         max_length: int | None = None,
         name: str | None = None,
+        chunk_size: int | None = None,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -65,6 +67,7 @@ class Embedder:
         self.backend = backend
         self.max_length = _check_positive("max_length", max_length)
         self.name = name
+        model.set_scan_chunk_size(_check_positive("chunk_size", chunk_size))
 
     @classmethod
     def from_pretrained(
@@ -74,6 +77,7 @@ class Embedder:
         dtype: str | torch.dtype | None = None,
         vertical_chunk_size: int | None = None,
         backend: str = "auto",
+        chunk_size: int | None = None,
         tokenizer: str | os.PathLike | TextTokenizer | None = None,
         eos_token_id: int | None = None,
         max_length: int | None = None,
@@ -99,7 +103,7 @@ class Embedder:
         else:
             tok = TextTokenizer.from_folder(folder, eos_token_id=eos_token_id)
         return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,
-                   max_length=max_length, name=str(name_or_path))
+                   max_length=max_length, name=str(name_or_path), chunk_size=chunk_size)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -15,7 +15,12 @@ import torch.nn as nn
 
 from recemb.core.config import Mamba2Config
 from recemb.core.state import LayerState
-from recemb.kernels import causal_conv1d, gated_rms_norm, ssd_chunk_scan
+from recemb.kernels import causal_conv1d, gated_rms_norm, resolve_backend, ssd_chunk_scan
+
+# SSD chunk length for the torch backend. The checkpoint's chunk_size (256) suits GPU kernels; on the CPU the
+# intra-chunk work per token grows with q while the inter-chunk work does not, and q = 64 measured 3.4x faster
+# than 256 per mixer (130M-class layer, 1024 tokens, 2 cores). Results differ only by rounding.
+TORCH_SCAN_CHUNK_SIZE = 64
 
 
 class RMSNorm(nn.Module):
@@ -69,6 +74,14 @@ class Mamba2Mixer(nn.Module):
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.norm = GatedRMSNorm(self.d_inner, self.d_inner // self.ngroups, c.layer_norm_epsilon)
         self.out_proj = nn.Linear(self.d_inner, c.hidden_size, bias=c.use_bias)
+        self.scan_chunk_size: int | None = None  # None: the checkpoint's on Triton, TORCH_SCAN_CHUNK_SIZE on torch
+
+    def chunk_size_for(self, device: torch.device, backend: str) -> int:
+        if self.scan_chunk_size is not None:
+            return self.scan_chunk_size
+        if resolve_backend(backend, device) == "torch":
+            return min(self.config.chunk_size, TORCH_SCAN_CHUNK_SIZE)
+        return self.config.chunk_size
 
     def forward(
         self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto"
@@ -89,7 +102,7 @@ class Mamba2Mixer(nn.Module):
         A = -torch.exp(self.A_log.float())  # (h,)
         y, ssm_state = ssd_chunk_scan(
             x.reshape(b, l, h, p), dt, A, B.reshape(b, l, g, n), C.reshape(b, l, g, n),
-            self.config.chunk_size, D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
+            self.chunk_size_for(u.device, backend), D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
             dt_limit=self.config.time_step_limit,
             initial_states=None if state is None else state.ssm_state,
             return_final_states=True, backend=backend, out_dtype=torch.float32,

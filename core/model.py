@@ -26,6 +26,13 @@ class Mamba2Encoder(nn.Module):
     def dim(self) -> int:
         return self.config.hidden_size
 
+    def set_scan_chunk_size(self, chunk_size: int | None) -> None:
+        """SSD chunk length q for every mixer; None picks per backend (see mixer.TORCH_SCAN_CHUNK_SIZE)."""
+        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+            raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
+        for layer in self.layers:
+            layer.mixer.scan_chunk_size = chunk_size
+
     def forward_chunk(
         self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto"
     ) -> tuple[torch.Tensor, ModelState]:

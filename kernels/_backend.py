@@ -25,7 +25,8 @@ def triton_available() -> bool:
 
 
 def triton_interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """The values Triton itself accepts for TRITON_INTERPRET."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:

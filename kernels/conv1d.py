@@ -34,19 +34,28 @@ def causal_conv1d_ref(
     """
     b, l, d = x.shape
     k = weight.shape[-1]
-    xt = x.transpose(1, 2).to(weight.dtype)  # (b, d, l)
     if conv_state is None:
-        history = xt.new_zeros(b, d, k)
+        history = x.new_zeros(b, k - 1, d)
     else:
-        history = conv_state.to(weight.dtype)
-    full = torch.cat([history, xt], dim=-1)  # (b, d, k + l)
-    y = F.conv1d(full[:, :, 1:], weight[:, None, :], bias, groups=d)  # (b, d, l)
+        history = conv_state[:, :, 1:].transpose(1, 2).to(x.dtype)  # (b, k-1, d)
+    cdt = torch.promote_types(x.dtype, torch.float32)  # accumulate the taps in fp32 (fp64 for fp64 input)
+    full = torch.cat([history, x], dim=1)  # (b, k-1+l, d), channels stay contiguous
+    w = weight.to(cdt)
+    # Shift-and-add over the k taps: on the CPU this beats a depthwise F.conv1d on the transposed (b, d, l).
+    y = full[:, 0:l].to(cdt) * w[:, 0]
+    for j in range(1, k):
+        y.addcmul_(full[:, j : j + l], w[:, j])
+    if bias is not None:
+        y += bias.to(cdt)
     if activation == "silu":
         y = F.silu(y)
     elif activation is not None:
         raise ValueError(f"unsupported activation {activation!r}")
-    new_state = full[:, :, -k:].to(conv_state.dtype if conv_state is not None else x.dtype)
-    return y.transpose(1, 2).to(x.dtype), new_state
+    if conv_state is None:
+        new_state = full[:, -k:].transpose(1, 2)  # full holds k-1 zeros + l >= 1 inputs
+    else:
+        new_state = torch.cat([conv_state[:, :, :1].to(x.dtype), full.transpose(1, 2)], dim=-1)[:, :, -k:]
+    return y.to(x.dtype), new_state.contiguous()
 
 
 def causal_conv1d(

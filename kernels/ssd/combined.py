@@ -74,42 +74,43 @@ def ssd_chunk_scan_torch(
     else:
         xp, dtp, Bp, Cp = x, dt, B, C
 
-    xc = xp.view(b, c, q, g, k, p).permute(0, 1, 3, 4, 2, 5)  # (b, c, g, k, q, p)
-    dtc = dtp.view(b, c, q, g, k).permute(0, 1, 3, 4, 2)  # (b, c, g, k, q)
-    Bc = Bp.view(b, c, q, g, n).transpose(2, 3)  # (b, c, g, q, n)
+    X = xp * dtp[..., None]  # (b, c·q, h, p): x·dt, the input of the discretised recurrence
+    Xc = X.view(b, c, q, g, k, p).permute(0, 1, 3, 4, 2, 5)  # (b, c, g, k, s, p)
+    Bc = Bp.view(b, c, q, g, n).transpose(2, 3)  # (b, c, g, s, n)
     Cc = Cp.view(b, c, q, g, n).transpose(2, 3)  # (b, c, g, q, n)
-    dA_cs = torch.cumsum(dtc * A.view(g, k, 1), dim=-1)  # (b, c, g, k, q)
+    dA_cs = torch.cumsum(dtp.view(b, c, q, g, k) * A.view(g, k), dim=2).permute(0, 1, 3, 4, 2)  # (b, c, g, k, q)
 
-    # 1. Intra-chunk (diagonal blocks): y_q += sum_{s<=q} (C_q·B_s) exp(cs_q - cs_s) dt_s x_s.
-    CB = Cc @ Bc.transpose(-1, -2)  # (b, c, g, q, s), once per group
+    # 1. Intra-chunk (diagonal blocks): y_q = sum_{s<=q} (C_q·B_s) exp(cs_q - cs_s) X_s.
+    CB = (Cc @ Bc.transpose(-1, -2))[:, :, :, None]  # (b, c, g, 1, q, s): once per group, not per head
     causal = torch.ones(q, q, dtype=torch.bool, device=x.device).tril()
-    seg = (dA_cs[..., :, None] - dA_cs[..., None, :]).masked_fill(~causal, float("-inf"))  # (b, c, g, k, q, s)
-    M = torch.exp(seg).mul_(CB[:, :, :, None]).mul_(dtc[..., None, :])  # (b, c, g, k, q, s)
-    y = M @ xc  # (b, c, g, k, q, p)
-    del seg, M
+    M = (dA_cs[..., :, None] - dA_cs[..., None, :]).masked_fill_(~causal, float("-inf"))  # (b, c, g, k, q, s)
+    M = M.exp_().mul_(CB)
+    y = M @ Xc  # (b, c, g, k, q, p)
+    del M, CB
 
-    # 2. Each chunk's own contribution to the state at its end, from a zero state.
-    w = torch.exp(dA_cs[..., -1:] - dA_cs) * dtc  # (b, c, g, k, s)
-    xw = (xc * w[..., None]).transpose(-1, -2)  # (b, c, g, k, p, s)
-    chunk_states = xw @ Bc[:, :, :, None]  # (b, c, g, k, p, n)
+    # 2. Each chunk's own contribution to the state at its end, from a zero state, in (n, k·p) layout so that
+    #    one matmul per group covers all its heads: states[n, (k p)] = sum_s B[s, n] exp(cs_end - cs_s) X[s, k, p].
+    w = torch.exp(dA_cs[..., -1:] - dA_cs)  # (b, c, g, k, s)
+    Xw = (Xc * w[..., None]).permute(0, 1, 2, 4, 3, 5).reshape(b, c, g, q, k * p)  # (b, c, g, s, k·p)
+    chunk_states = Bc.transpose(-1, -2) @ Xw  # (b, c, g, n, k·p)
 
     # 3. Inter-chunk recurrence: the state entering each chunk (the same carry as between vertical chunks).
     chunk_decay = torch.exp(dA_cs[..., -1])  # (b, c, g, k)
-    state = (
-        initial_states.to(cdt).reshape(b, g, k, p, n)
-        if initial_states is not None
-        else x.new_zeros(b, g, k, p, n)
-    )
+    chunk_decay = chunk_decay[..., None].expand(b, c, g, k, p).reshape(b, c, g, 1, k * p)
+    if initial_states is not None:
+        state = initial_states.to(cdt).view(b, g, k, p, n).permute(0, 1, 4, 2, 3).reshape(b, g, n, k * p)
+    else:
+        state = x.new_zeros(b, g, n, k * p)
     entering = []
     for ci in range(c):
         entering.append(state)
-        state = chunk_decay[:, ci, :, :, None, None] * state + chunk_states[:, ci]
-    final_states = state.reshape(b, h, p, n)
+        state = chunk_decay[:, ci] * state + chunk_states[:, ci]
+    final_states = state.view(b, g, n, k, p).permute(0, 1, 3, 4, 2).reshape(b, h, p, n)
 
     # 4. State -> output: y_q += exp(cs_q) C_q · state_entering.
     if initial_states is not None or c > 1:
-        S = torch.stack(entering, dim=1)  # (b, c, g, k, p, n)
-        y_off = Cc[:, :, :, None] @ S.transpose(-1, -2)  # (b, c, g, k, q, p)
+        S = torch.stack(entering, dim=1)  # (b, c, g, n, k·p)
+        y_off = (Cc @ S).view(b, c, g, q, k, p).transpose(3, 4)  # (b, c, g, k, q, p)
         y = y + y_off * torch.exp(dA_cs)[..., None]
 
     y = y.permute(0, 1, 4, 2, 3, 5).reshape(b, c * q, h, p)[:, :l]  # (b, l, h, p)
@@ -165,7 +166,7 @@ def ssd_chunk_scan(
 
         y, final_states = ssd_chunk_scan_triton(
             x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-            dt_limit=dt_limit, initial_states=initial_states,
+            dt_limit=dt_limit, initial_states=initial_states, out_dtype=out_dtype,
         )
     else:
         dt_eff = prepare_dt(dt, dt_bias, dt_softplus, dt_limit)

@@ -45,6 +45,15 @@ def test_vertical_chunk_size_per_call_and_default(tiny_embedder):
         tiny_embedder.encode(TEXTS, vertical_chunk_size=0)
 
 
+def test_scan_chunk_size_changes_only_rounding(tiny_embedder):
+    base = torch.from_numpy(tiny_embedder.encode(TEXTS))
+    other = Embedder(tiny_embedder.model, tiny_embedder.tokenizer, chunk_size=3)
+    try:
+        assert_close("chunk_size=3", base, torch.from_numpy(other.encode(TEXTS)), 1e-5)
+    finally:
+        tiny_embedder.model.set_scan_chunk_size(None)
+
+
 def test_eos_is_appended_once_and_bos_kept(tiny_embedder):
     tok = tiny_embedder.tokenizer
     ids = tiny_embedder.tokenize(["hello world", ""])
