@@ -1,0 +1,218 @@
+"""sentence-transformers module for recemb, and the export to a sentence-transformers folder.
+
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer("recemb/codestral-mamba2", trust_remote_code=True)
+    model.encode_query(["how do state space models scale?"])   # "Instruct: ...\\nQuery: " added
+    model.encode_document([long_text], vertical_chunk_size=512)  # never an instruction
+
+sentence-transformers 6 asks for ``trust_remote_code=True`` for any module class outside its own package, an
+installed one included. Nothing is downloaded or executed from the model folder: the class is this file's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recemb_integrations._imports import require
+
+_st_modules = require("sentence_transformers.base.modules", "sentence-transformers")
+
+from recemb.core import Embedder, save_encoder  # noqa: E402
+from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
+from recemb.core.vertical import encode_vertical  # noqa: E402
+
+CONFIG_FILE = "recemb_config.json"  # never config.json: that name is transformers' Mamba2 config in the same folder
+
+
+class RecEmbModule(_st_modules.InputModule):
+    """Input module: tokenises (EOS appended, no truncation by default) and embeds with vertical chunking.
+
+    Writes ``features["sentence_embedding"]`` (unnormalised; a ``Normalize`` module follows in exported models).
+    Token embeddings are not produced: vertical chunking keeps only each sequence's last (EOS) state.
+
+    Args:
+        embedder: the loaded recemb ``Embedder``.
+        max_seq_length: truncate inputs to this many tokens, EOS included; None (default) never truncates.
+        vertical_chunk_size: V, tokens per vertical chunk; None picks per batch (see ``Embedder``). Also accepted
+            per call: ``model.encode(texts, vertical_chunk_size=512)``.
+    """
+
+    config_file_name = CONFIG_FILE
+    config_keys = ["max_seq_length", "vertical_chunk_size"]
+    forward_kwargs = {"vertical_chunk_size", "task"}
+
+    def __init__(self, embedder: Embedder, max_seq_length: int | None = None, vertical_chunk_size: int | None = None):
+        super().__init__()
+        self.embedder = embedder
+        self.encoder = embedder.model  # registered as a submodule, so SentenceTransformer(...).to(device) moves it
+        self.max_seq_length = max_seq_length
+        self.vertical_chunk_size = vertical_chunk_size
+
+    @property
+    def tokenizer(self):
+        return self.embedder.tokenizer.tokenizer if self.embedder.tokenizer is not None else None
+
+    def preprocess(self, inputs: list[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
+        texts = list(inputs)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"inputs[{i}] is {type(t).__name__}, expected str")
+        ids = self.embedder.tokenize(texts, prompt=prompt or None, max_length=self.max_seq_length)
+        width = max((len(s) for s in ids), default=1)
+        pad = self.encoder.config.pad_token_id or 0
+        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for row, seq in enumerate(ids):
+            input_ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+            attention_mask[row, : len(seq)] = 1
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    def forward(self, features: dict[str, torch.Tensor], vertical_chunk_size: int | None = None, **kwargs):
+        lengths = features["attention_mask"].sum(dim=1)
+        V = vertical_chunk_size or self.vertical_chunk_size
+        features["sentence_embedding"] = encode_vertical(
+            self.encoder, features["input_ids"], lengths, V, backend=self.embedder.backend
+        ).float()
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        return self.embedder.dim
+
+    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
+        self.save_config(output_path)
+        save_encoder(self.encoder, output_path, safe_serialization=safe_serialization)
+        if self.embedder.tokenizer is not None:
+            self.embedder.tokenizer.save(output_path)
+
+    @classmethod
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        model_kwargs: dict[str, Any] | None = None,
+        **kwargs,
+    ) -> "RecEmbModule":
+        """``model_kwargs`` may hold ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan:
+        "auto" | "torch" | "triton") and ``chunk_size``; sentence-transformers' own ``backend`` kwarg is its
+        inference framework and is not ours."""
+        hub = dict(subfolder=subfolder, token=token, cache_folder=cache_folder, revision=revision,
+                   local_files_only=local_files_only)
+        folder = cls.load_dir_path(model_name_or_path, **hub)
+        config = cls.load_config(model_name_or_path, **hub)
+        mk = dict(model_kwargs or {})
+        embedder = Embedder.from_pretrained(
+            folder,
+            device=mk.pop("device", None),
+            dtype=mk.pop("dtype", mk.pop("torch_dtype", None)),
+            backend=mk.pop("backend", "auto"),
+            chunk_size=mk.pop("chunk_size", None),
+        )
+        embedder.name = str(model_name_or_path)
+        if mk:
+            raise TypeError(f"unknown model_kwargs for RecEmbModule: {sorted(mk)}")
+        return cls(embedder, **{k: config.get(k) for k in cls.config_keys})
+
+
+def default_prompts() -> dict[str, str]:
+    """``query`` (the web-search instruction), ``document`` (empty) and one prompt per E5 task name."""
+    prompts = {"query": query_prompt(None), "document": ""}
+    prompts.update({task: query_prompt(task) for task in TASK_INSTRUCTIONS})
+    return prompts
+
+
+def export_sentence_transformers(
+    source: str | os.PathLike,
+    destination: str | os.PathLike,
+    tokenizer: str | os.PathLike | None = None,
+    dtype: str | torch.dtype | None = None,
+    max_seq_length: int | None = None,
+    vertical_chunk_size: int | None = None,
+    model_name: str | None = None,
+) -> Path:
+    """Write ``source`` (any checkpoint format ``Embedder.from_pretrained`` reads, or a recemb folder) as a
+    sentence-transformers folder: RecEmbModule + Normalize, prompts, transformers-named weights with their
+    ``config.json``, tokenizer files and a model card."""
+    st = require("sentence_transformers", "sentence-transformers")
+    destination = Path(destination)
+    embedder = Embedder.from_pretrained(source, device="cpu", dtype=dtype, tokenizer=tokenizer)
+    if embedder.tokenizer is None:
+        raise ValueError(f"{source} has no tokenizer files; pass tokenizer=... (a folder or hub id)")
+    module = RecEmbModule(embedder, max_seq_length=max_seq_length, vertical_chunk_size=vertical_chunk_size)
+    model = st.SentenceTransformer(modules=[module, _st_modules.Normalize()], prompts=default_prompts(),
+                                   similarity_fn_name="cosine", device="cpu")
+    model.save(str(destination))
+    name = model_name or destination.name
+    (destination / "README.md").write_text(model_card(name, embedder))
+    return destination
+
+
+def model_card(name: str, embedder: Embedder) -> str:
+    c = embedder.config
+    tasks = ", ".join(sorted(TASK_INSTRUCTIONS)[:6])
+    return f"""---
+library_name: sentence-transformers
+pipeline_tag: sentence-similarity
+tags: [sentence-transformers, feature-extraction, mamba2, recemb]
+---
+
+# {name}
+
+A Mamba2 text embedder packaged by [recemb](https://github.com/recemb/recemb): {c.num_hidden_layers} layers,
+hidden size {c.hidden_size}, {embedder.dim}-dimensional embeddings taken at an appended EOS token and
+L2-normalised. Memory stays constant in the input length: the input is processed in vertical chunks of V tokens
+that go through all layers before the next, with every layer's recurrent state carried across chunks.
+
+## Usage
+
+```python
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("{name}", trust_remote_code=True)
+queries = model.encode_query(["how do state space models scale?"])      # instruction added
+documents = model.encode_document(["a long document ..."])              # never an instruction
+scores = model.similarity(queries, documents)
+model.encode_query(["a scientific claim"], prompt_name="SciFact")       # E5 task instructions by name
+```
+
+Or without sentence-transformers:
+
+```python
+from recemb.core import Embedder
+emb = Embedder.from_pretrained("{name}")
+emb.encode_queries(["..."], instruction="SciFact"); emb.encode_documents(["..."])
+```
+
+## Why `trust_remote_code=True`
+
+sentence-transformers 6 asks for the flag for every module class that is not part of sentence-transformers, even
+one from an installed package. **No code is downloaded from this repository**: the module class
+`recemb_integrations.sentence_transformers.RecEmbModule` ships with the `recemb` package
+(`pip install "recemb[sentence-transformers]"`).
+
+## Instructions
+
+Queries get `Instruct: {{instruction}}\\nQuery: {{query}}`; the default (`prompt_name="query"`) is the web-search
+instruction. Named prompts exist for the E5 task instructions ({tasks}, ...). Documents never get an instruction, so
+one document index serves every task.
+
+## The vertical-chunk dial
+
+`model.encode(texts, vertical_chunk_size=512)` (or `model[0].vertical_chunk_size = 512`) sets V, the tokens per
+vertical chunk. It is a memory dial, not a hyperparameter: every V gives the same embedding up to floating-point
+noise. Default: 4096 for a single text, 2·chunk_size for batches. `max_seq_length` is None: nothing is truncated.
+
+## Files
+
+`config.json` and `model.safetensors` are a transformers `Mamba2Model` checkpoint
+(`transformers.Mamba2Model.from_pretrained` loads the backbone); `recemb_config.json` holds the module settings;
+`modules.json` and `config_sentence_transformers.json` are sentence-transformers' own.
+"""

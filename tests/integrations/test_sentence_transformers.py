@@ -1,0 +1,169 @@
+"""RecEmbModule through SentenceTransformer: export, load (folder and offline hub id), prompts, batching."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+st = pytest.importorskip("sentence_transformers")
+
+from recemb.core import Embedder  # noqa: E402
+from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS  # noqa: E402
+from recemb_integrations.sentence_transformers import RecEmbModule, export_sentence_transformers  # noqa: E402
+from tests.utils import assert_close, save_mamba_ssm_checkpoint, transformers_model  # noqa: E402
+
+TEXTS = ["a first sentence", "", "a much longer second text about recurrent state " * 12, "third one"]
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_folder, tmp_path_factory):
+    return export_sentence_transformers(tiny_folder, tmp_path_factory.mktemp("st") / "tiny-st")
+
+
+@pytest.fixture(scope="module")
+def st_model(exported):
+    return st.SentenceTransformer(str(exported), trust_remote_code=True, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def embedder(exported):
+    return Embedder.from_pretrained(exported, device="cpu")
+
+
+def close(a, b, tol=1e-5, name="embeddings"):
+    assert_close(name, torch.as_tensor(np.asarray(a)), torch.as_tensor(np.asarray(b)), tol)
+
+
+def test_exported_folder_layout(exported):
+    modules = json.loads((exported / "modules.json").read_text())
+    assert len(modules) == 2 and modules[0]["path"] == ""
+    assert modules[0]["type"] == "recemb_integrations.sentence_transformers.RecEmbModule"
+    assert modules[1]["type"].startswith("sentence_transformers.") and modules[1]["type"].endswith("Normalize")
+    config = json.loads((exported / "config_sentence_transformers.json").read_text())
+    assert config["prompts"]["query"] == f"Instruct: {DEFAULT_INSTRUCTION}\nQuery: "
+    assert config["prompts"]["document"] == ""
+    assert config["prompts"]["SciFact"] == f"Instruct: {TASK_INSTRUCTIONS['SciFact']}\nQuery: "
+    assert config.get("default_prompt_name") is None
+    assert json.loads((exported / "recemb_config.json").read_text()) == {"max_seq_length": None,
+                                                                        "vertical_chunk_size": None}
+    assert json.loads((exported / "config.json").read_text())["model_type"] == "mamba2"
+    assert (exported / "tokenizer.json").exists() and (exported / "model.safetensors").exists()
+    card = (exported / "README.md").read_text()
+    assert "trust_remote_code=True" in card and "vertical_chunk_size" in card
+
+
+def test_backbone_loads_in_transformers(exported, tiny_folder):
+    from transformers import Mamba2Model
+
+    ids = torch.randint(3, 300, (1, 20))
+    with torch.no_grad():
+        a = Mamba2Model.from_pretrained(str(exported)).eval()(ids).last_hidden_state
+        b = Mamba2Model.from_pretrained(str(tiny_folder)).eval()(ids).last_hidden_state
+    assert torch.equal(a, b)
+
+
+def test_encode_equals_embedder(st_model, embedder):
+    for batch_size in (1, 3, 8):  # sentence-transformers sorts by length and pads its own batches
+        close(embedder.encode(TEXTS), st_model.encode(TEXTS, batch_size=batch_size))
+    single = st_model.encode("a first sentence")
+    assert single.shape == (embedder.dim,)
+    np.testing.assert_allclose(np.linalg.norm(st_model.encode(TEXTS), axis=1), 1.0, rtol=1e-5)
+    assert st_model.get_embedding_dimension() == embedder.dim
+
+
+def test_queries_get_instruction_documents_never(st_model, embedder):
+    q = ["what limits the memory of an embedder?"]
+    close(embedder.encode_queries(q), st_model.encode_query(q))
+    close(embedder.encode_documents(TEXTS), st_model.encode_document(TEXTS))
+    close(embedder.encode_queries(q, instruction="SciFact"), st_model.encode_query(q, prompt_name="SciFact"))
+    assert not np.allclose(st_model.encode_query(q), st_model.encode_document(q), atol=1e-4)
+
+
+def test_vertical_chunk_size_per_call_and_on_module(st_model):
+    base = st_model.encode(TEXTS)
+    close(base, st_model.encode(TEXTS, vertical_chunk_size=3))
+    st_model[0].vertical_chunk_size = 5
+    try:
+        close(base, st_model.encode(TEXTS))
+    finally:
+        st_model[0].vertical_chunk_size = None
+
+
+def test_max_seq_length_truncates(st_model, embedder):
+    assert st_model.max_seq_length is None
+    st_model.max_seq_length = 12
+    try:
+        close(embedder.encode(TEXTS, max_length=12), st_model.encode(TEXTS))
+        assert not np.allclose(embedder.encode(TEXTS[2:3]), st_model.encode(TEXTS[2:3]), atol=1e-4)
+    finally:
+        st_model.max_seq_length = None
+
+
+def test_save_load_round_trip(st_model, tmp_path):
+    st_model[0].max_seq_length = 64
+    try:
+        st_model.save(str(tmp_path / "again"))
+    finally:
+        st_model[0].max_seq_length = None
+    again = st.SentenceTransformer(str(tmp_path / "again"), trust_remote_code=True, device="cpu")
+    assert again.max_seq_length == 64
+    st_model.max_seq_length = 64
+    try:
+        assert np.array_equal(st_model.encode(TEXTS), again.encode(TEXTS))
+    finally:
+        st_model.max_seq_length = None
+
+
+def test_missing_flag_gives_sentence_transformers_error(exported):
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        st.SentenceTransformer(str(exported), device="cpu")
+
+
+def test_offline_hub_id(exported, tmp_path, monkeypatch):
+    """A temp HF cache holding the export as recemb/codestral-mamba2, loaded with HF_HUB_OFFLINE=1."""
+    import shutil
+
+    commit = "f" * 40
+    repo = tmp_path / "hub" / "models--recemb--codestral-mamba2"
+    shutil.copytree(exported, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    model = st.SentenceTransformer("recemb/codestral-mamba2", trust_remote_code=True, device="cpu",
+                                   cache_folder=str(tmp_path / "hub"))
+    emb = Embedder.from_pretrained("recemb/codestral-mamba2", device="cpu", cache_dir=tmp_path / "hub")
+    q = ["how do state space models scale?"]
+    close(emb.encode_queries(q), model.encode_query(q))
+    close(emb.encode_documents(TEXTS), model.encode_document(TEXTS))
+
+
+def test_export_from_mamba_ssm_checkpoint(tmp_path, tiny_folder):
+    src = save_mamba_ssm_checkpoint(transformers_model("g3", vocab_size=320), tmp_path / "ssm")
+    with pytest.raises(ValueError, match="no tokenizer files"):
+        export_sentence_transformers(src, tmp_path / "out")
+    dst = export_sentence_transformers(src, tmp_path / "out", tokenizer=tiny_folder)
+    model = st.SentenceTransformer(str(dst), trust_remote_code=True, device="cpu")
+    emb = Embedder.from_pretrained(src, device="cpu", tokenizer=tiny_folder)
+    close(emb.encode(TEXTS), model.encode(TEXTS))
+
+
+def test_bad_input_names_index(st_model):
+    with pytest.raises(TypeError, match="inputs\\[1\\] is int"):
+        st_model[0].preprocess(["ok", 5])
+
+
+def test_module_is_registered_for_device_moves(st_model):
+    assert any(p is st_model[0].encoder.embeddings.weight for p in st_model.parameters())
+    assert isinstance(st_model[0], RecEmbModule)
+
+
+def test_missing_framework_names_the_extra():
+    code = ("import sys; sys.modules['sentence_transformers'] = None; sys.modules['sentence_transformers.base'] = None;"
+            "sys.modules['sentence_transformers.base.modules'] = None\n"
+            "try:\n import recemb_integrations.sentence_transformers\nexcept ImportError as e: print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert 'pip install "recemb[sentence-transformers]"' in out
