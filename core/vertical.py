@@ -7,8 +7,7 @@ Memory is one chunk's activations (O(b·V·d)) plus the per-layer states, whatev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
@@ -18,22 +17,6 @@ from recemb.core.model import Mamba2Encoder
 def default_vertical_chunk_size(batch_size: int, chunk_size: int) -> int:
     """The paper's guidance: 4096 tokens for a single sequence, 2·chunk_size for batches."""
     return 4096 if batch_size <= 1 else 2 * chunk_size
-
-
-@contextmanager
-def flush_denormals(device: torch.device) -> Iterator[None]:
-    """Flush denormal floats to zero while computing on the CPU.
-
-    Strongly decaying heads produce products such as exp(-90) ~ 1e-39, below fp32's normal range; x86 CPUs
-    handle those about 100x slower, which made long inputs several times slower here. Flushing them changes
-    values below 1e-38 only. The flag is process-wide and has no getter, so it is switched off again afterwards.
-    """
-    enabled = device.type == "cpu" and torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        if enabled:
-            torch.set_flush_denormal(False)
 
 
 @torch.inference_mode()
@@ -69,12 +52,6 @@ def encode_vertical(
     if V < 1:
         raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
 
-    with flush_denormals(input_ids.device):
-        return _encode_vertical(model, input_ids, lengths, V, backend, on_tokens)
-
-
-def _encode_vertical(model, input_ids, lengths, V, backend, on_tokens) -> torch.Tensor:
-    b = input_ids.shape[0]
     # Longest first, so the sequences still running are always a prefix of the batch.
     order = torch.argsort(lengths, descending=True, stable=True)
     ids = input_ids[order.to(input_ids.device)]

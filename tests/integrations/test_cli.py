@@ -27,3 +27,79 @@ def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "recemb_integrations.cli", "export", "--help"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "sentence-transformers folder" in out.stdout
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.md").write_text("# A\nstate space models keep a fixed-size state")
+    (folder / "sub" / "b.txt").write_text("vertical chunking carries the state")
+    (folder / "empty.txt").write_text("")
+    (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (folder / "ignored.bin").write_bytes(b"\x00\x01")
+    return folder
+
+
+def run_json(capsys, argv):
+    code = main(argv + ["--json"])
+    out = capsys.readouterr()
+    return code, json.loads(out.out.strip().splitlines()[-1]) if out.out.strip() else None, out.err
+
+
+def test_sync_search_embed_info(tiny_folder, corpus, tmp_path, capsys):
+    pytest.importorskip("qdrant_client")
+    common = ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c"]
+    code, report, _ = run_json(capsys, ["sync", str(corpus), *common])
+    assert code == 1  # partial: the latin-1 file failed, the rest synced
+    assert report["added"] == 3 and len(report["failed"]) == 1
+    assert "latin1.txt" in report["failed"][0][0] and "not valid UTF-8" in report["failed"][0][1]
+
+    (corpus / "latin1.txt").write_text("café crème")  # fixed
+    (corpus / "sub" / "b.txt").unlink()
+    code, report, _ = run_json(capsys, ["sync", str(corpus), *common])
+    assert code == 0 and (report["added"], report["unchanged"], report["deleted"]) == (1, 2, 1)
+
+    code, hits, _ = run_json(capsys, ["search", "fixed-size state", "--limit", "2", *common])
+    assert code == 0 and len(hits) == 2 and all(h["document_id"].startswith(str(corpus.resolve())) for h in hits)
+    code, hits, _ = run_json(capsys, ["search", "x", "--filter", "suffix=.md", *common])
+    assert [h["metadata"]["file_name"] for h in hits] == ["a.md"]
+
+    code, info, _ = run_json(capsys, ["info", str(tiny_folder)])
+    assert code == 0 and info["dim"] == 32 and info["format"] == "transformers"
+
+
+def test_embed_from_stdin(tiny_folder, monkeypatch, capsys):
+    import io
+
+    from recemb.core import Embedder
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\nsecond line\n"))
+    assert main(["embed", "--query", "--model", str(tiny_folder)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = Embedder.from_pretrained(tiny_folder, device="cpu").encode_queries(["first line", "second line"])
+    assert [r["id"] for r in rows] == ["0", "1"]
+    assert max(abs(a - b) for r, e in zip(rows, expected) for a, b in zip(r["vector"], e)) < 1e-5
+
+
+def test_locked_store_and_missing_model_are_clear(tiny_folder, corpus, tmp_path, capsys):
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import QdrantClient
+
+    holder = QdrantClient(path=str(tmp_path / "store"))
+    try:
+        code = main(["sync", str(corpus), "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store")])
+        err = capsys.readouterr().err
+        assert code == 2 and "in use by another process" in err and "--qdrant-url" in err
+    finally:
+        holder.close()
+    code = main(["sync", str(corpus), "--qdrant-path", str(tmp_path / "store")])
+    assert code == 2 and "no model given" in capsys.readouterr().err
+    code = main(["sync", str(tmp_path / "typo"), "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s")])
+    assert code == 2 and "nothing synced" in capsys.readouterr().err
+
+
+def test_search_of_missing_collection(tiny_folder, tmp_path, capsys):
+    pytest.importorskip("qdrant_client")
+    code = main(["search", "q", "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s"), "--collection", "x"])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
