@@ -6,6 +6,7 @@ from recemb.core.loading import CheckpointError, load_encoder, resolve_model_pat
 from recemb.core.mixer import Mamba2Block, Mamba2Mixer
 from recemb.core.model import Mamba2Encoder
 from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS, query_prompt, resolve_instruction
+from recemb.core.shared import clear_shared, shared_embedder
 from recemb.core.state import LayerState, ModelState
 from recemb.core.tokenizer import TextTokenizer
 from recemb.core.vertical import default_vertical_chunk_size, encode_vertical
@@ -30,4 +31,6 @@ __all__ = [
     "resolve_instruction",
     "resolve_model_path",
     "save_encoder",
+    "shared_embedder",
+    "clear_shared",
 ]

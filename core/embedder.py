@@ -67,7 +67,8 @@ class Embedder:
         self.backend = backend
         self.max_length = _check_positive("max_length", max_length)
         self.name = name
-        model.set_scan_chunk_size(_check_positive("chunk_size", chunk_size))
+        if chunk_size is not None:  # None leaves the model as it is (it may be shared)
+            model.set_scan_chunk_size(_check_positive("chunk_size", chunk_size))
 
     @classmethod
     def from_pretrained(

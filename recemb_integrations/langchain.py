@@ -1,0 +1,63 @@
+"""LangChain ``Embeddings`` over recemb: documents without any instruction, queries with one.
+
+    from recemb_integrations.langchain import RecEmbEmbeddings
+    emb = RecEmbEmbeddings(model_name="recemb/codestral-mamba2", model_kwargs={"vertical_chunk_size": 1024})
+    emb.embed_documents(["a long document ..."]); emb.embed_query("a question")
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from recemb_integrations._imports import require
+
+_embeddings = require("langchain_core.embeddings", "langchain")
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402 (langchain-core depends on pydantic 2)
+
+from recemb.core import Embedder, shared_embedder  # noqa: E402
+from recemb_integrations._options import ENCODE_KWARGS, MODEL_KWARGS, check_options  # noqa: E402
+
+
+class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
+    """recemb text embeddings for LangChain (vector stores, retrievers).
+
+    The model is loaded once per (model, device, dtype) in the process and shared by every instance.
+
+    Example:
+        .. code-block:: python
+
+            pip install "recemb[langchain]"
+            from recemb_integrations.langchain import RecEmbEmbeddings
+            embeddings = RecEmbEmbeddings(model_name="path/or/hub-id", query_instruction="SciFact")
+    """
+
+    model_name: str
+    """Model folder or Hugging Face id (any format ``Embedder.from_pretrained`` reads)."""
+    model_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Loading options: device, dtype, vertical_chunk_size, backend, max_length, and hub options."""
+    encode_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Encoding options: batch_size, show_progress_bar, vertical_chunk_size, max_length."""
+    query_instruction: str | None = None
+    """Instruction for queries, or an E5 task name (e.g. "SciFact"); None: the web-search default.
+    Documents never get one."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    _embedder: Embedder = PrivateAttr()
+
+    def model_post_init(self, __context: Any) -> None:
+        check_options("model_kwargs", self.model_kwargs, MODEL_KWARGS)
+        check_options("encode_kwargs", self.encode_kwargs, ENCODE_KWARGS)
+        self._embedder = shared_embedder(self.model_name, **self.model_kwargs)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embedder.encode_documents(list(texts), **self.encode_kwargs).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embedder.encode_queries([text], instruction=self.query_instruction, **self.encode_kwargs)[0].tolist()
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self.embed_documents, texts)  # torch releases the GIL: the loop stays free
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self.embed_query, text)
