@@ -166,7 +166,7 @@ tags: [sentence-transformers, feature-extraction, mamba2, recemb]
 
 # {name}
 
-A Mamba2 text embedder packaged by [recemb](https://github.com/recemb/recemb): {c.num_hidden_layers} layers,
+A Mamba2 text embedder packaged by recemb: {c.num_hidden_layers} layers,
 hidden size {c.hidden_size}, {embedder.dim}-dimensional embeddings taken at an appended EOS token and
 L2-normalised. Memory stays constant in the input length: the input is processed in vertical chunks of V tokens
 that go through all layers before the next, with every layer's recurrent state carried across chunks.
