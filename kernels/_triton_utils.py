@@ -53,6 +53,18 @@ def pick_configs(
     return [interpreter_config] if is_interpreter() else list(gpu_configs)
 
 
+def matmul_configs(tiles: Sequence[tuple[int, int, int, int, int]]) -> list[triton.Config]:
+    """Autotuning candidates for the matmul-shaped stages: ``(BLOCK_SIZE_M, N, K, num_stages, num_warps)`` per tile
+    on a GPU, one 64×64×64 tile in the interpreter."""
+    return pick_configs(
+        [
+            triton.Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk}, num_stages=s, num_warps=w)
+            for bm, bn, bk, s, w in tiles
+        ],
+        triton.Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64}),
+    )
+
+
 def dot_config(dtype: torch.dtype) -> tuple[tl.dtype, str]:
     """``(DOT_DTYPE, DOT_PRECISION)`` constexprs for ``tl.dot`` on blocks made from inputs of ``dtype``."""
     if dtype not in _TL_DTYPES:

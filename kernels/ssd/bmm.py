@@ -22,23 +22,19 @@ from recemb.kernels._triton_utils import (
     compiler_disable,
     device_guard,
     dot_config,
-    pick_configs,
+    matmul_configs,
 )
 
-_CONFIGS = pick_configs(
-    [
-        triton.Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk}, num_stages=s, num_warps=w)
-        for bm, bn, bk, s, w in [
-            (128, 256, 64, 3, 8),
-            (128, 128, 32, 4, 4),
-            (128, 64, 32, 4, 4),
-            (64, 128, 32, 4, 4),
-            (64, 64, 32, 4, 2),
-            (32, 64, 32, 5, 2),
-            (64, 32, 32, 5, 2),
-        ]
-    ],
-    triton.Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64}),
+_CONFIGS = matmul_configs(
+    [  # (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stages, num_warps)
+        (128, 256, 64, 3, 8),
+        (128, 128, 32, 4, 4),
+        (128, 64, 32, 4, 4),
+        (64, 128, 32, 4, 4),
+        (64, 64, 32, 4, 2),
+        (32, 64, 32, 5, 2),
+        (64, 32, 32, 5, 2),
+    ]
 )
 
 
