@@ -14,7 +14,7 @@ from recemb.core.loading import load_encoder, resolve_model_path
 from recemb.core.model import Mamba2Encoder
 from recemb.core.prompts import query_prompt
 from recemb.core.tokenizer import TextTokenizer
-from recemb.core.vertical import encode_vertical
+from recemb.core.vertical import encode_vertical, pad_right
 from recemb.kernels import BACKENDS
 
 PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
@@ -204,10 +204,7 @@ class Embedder:
         pad_id = self.config.pad_token_id if self.config.pad_token_id is not None else 0
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            lengths = torch.tensor([len(seqs[i]) for i in idx], dtype=torch.long)
-            ids = torch.full((len(idx), int(lengths.max())), pad_id, dtype=torch.long)
-            for row, i in enumerate(idx):
-                ids[row, : len(seqs[i])] = torch.as_tensor(seqs[i], dtype=torch.long)
+            ids, lengths = pad_right([seqs[i] for i in idx], pad_id)
             yield torch.tensor(idx), ids.to(self.device), lengths
 
     def __repr__(self) -> str:

@@ -14,6 +14,15 @@ import torch
 from recemb.core.model import Mamba2Encoder
 
 
+def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (b, T) and lengths (b,) of token-id lists, the input ``encode_vertical`` takes."""
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    ids = torch.full((len(sequences), int(lengths.max()) if len(sequences) else 0), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    return ids, lengths
+
+
 def default_vertical_chunk_size(batch_size: int, chunk_size: int) -> int:
     """The paper's guidance: 4096 tokens for a single sequence, 2·chunk_size for batches."""
     return 4096 if batch_size <= 1 else 2 * chunk_size

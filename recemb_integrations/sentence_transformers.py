@@ -24,7 +24,7 @@ _st_modules = require("sentence_transformers.base.modules", "sentence-transforme
 
 from recemb.core import Embedder, save_encoder  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
-from recemb.core.vertical import encode_vertical  # noqa: E402
+from recemb.core.vertical import encode_vertical, pad_right  # noqa: E402
 
 CONFIG_FILE = "recemb_config.json"  # never config.json: that name is transformers' Mamba2 config in the same folder
 
@@ -63,13 +63,8 @@ class RecEmbModule(_st_modules.InputModule):
             if not isinstance(t, str):
                 raise TypeError(f"inputs[{i}] is {type(t).__name__}, expected str")
         ids = self.embedder.tokenize(texts, prompt=prompt or None, max_length=self.max_seq_length)
-        width = max((len(s) for s in ids), default=1)
-        pad = self.encoder.config.pad_token_id or 0
-        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-        attention_mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for row, seq in enumerate(ids):
-            input_ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-            attention_mask[row, : len(seq)] = 1
+        input_ids, lengths = pad_right(ids, self.encoder.config.pad_token_id or 0)
+        attention_mask = (torch.arange(input_ids.shape[1])[None] < lengths[:, None]).long()
         return {"input_ids": input_ids, "attention_mask": attention_mask}
 
     def forward(self, features: dict[str, torch.Tensor], vertical_chunk_size: int | None = None, **kwargs):
