@@ -159,6 +159,7 @@ class QdrantSync:
         self.batch_size = batch_size
         self._lock = threading.RLock()
         self._fingerprint: str | None = None
+        self._verified = False  # the collection was checked (or created) once; its settings cannot change under us
         self._retry = _tenacity.Retrying(
             retry=_tenacity.retry_if_exception(_is_transient),
             stop=_tenacity.stop_after_attempt(retries),
@@ -191,15 +192,20 @@ class QdrantSync:
         with self._lock:
             return self._retry(fn, *args, **kwargs)
 
-    def ensure_collection(self) -> None:
+    def ensure_collection(self, create: bool = True) -> None:
         """Create the collection, or check that it was built with this model, dimension and distance."""
+        if self._verified:
+            return
         expected = self.expected_metadata()
         if not self._call(self.client.collection_exists, self.collection):
+            if not create:
+                raise CollectionMismatchError(f"collection {self.collection!r} does not exist; sync documents first")
             self._call(
                 self.client.create_collection, self.collection,
                 vectors_config=models.VectorParams(size=self.embedder.dim, distance=DISTANCE),
                 metadata={META_KEY: expected},
             )
+            self._verified = True
             return
         info = self._call(self.client.get_collection, self.collection)
         recorded = (info.config.metadata or {}).get(META_KEY)
@@ -225,6 +231,7 @@ class QdrantSync:
                 f"collection {self.collection!r} was built differently: " + "; ".join(problems)
                 + ". Nothing was written. Sync into a new collection, or delete this one to rebuild it."
             )
+        self._verified = True
 
     # ------------------------------------------------------------------ reading state
     def _existing(self) -> tuple[dict[str, tuple[str, Any]], set[str]]:
@@ -376,7 +383,7 @@ class QdrantSync:
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if granularity not in (KIND_DOCUMENT, KIND_PASSAGE, "any"):
             raise ValueError("granularity must be 'document', 'passage' or 'any'")
-        self.ensure_collection()
+        self.ensure_collection(create=False)
         vector = self.embedder.encode_queries([query], instruction=instruction)[0]
         conditions = [] if granularity == "any" else [_match("kind", granularity)]
         if isinstance(filter, dict):
@@ -422,10 +429,9 @@ def _normalise(documents: Iterable[Document | tuple]) -> tuple[list[Document], l
         if not isinstance(doc.text, str):
             failed.append((doc.id, f"text is {type(doc.text).__name__}, expected str"))
             continue
-        if doc.metadata is None:
-            doc = Document(doc.id, doc.text, {})
         try:
-            json.dumps(doc.metadata)
+            # As Qdrant will store and return it (tuples become lists), so an unchanged document compares equal.
+            doc = Document(doc.id, doc.text, json.loads(json.dumps(doc.metadata or {})))
         except (TypeError, ValueError) as e:
             failed.append((doc.id, f"metadata is not JSON-serialisable: {e}"))
             continue

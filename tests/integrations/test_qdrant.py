@@ -113,6 +113,22 @@ def test_metadata_only_change_is_not_re_embedded(client, embedder):
     assert stored(client)["c.txt"].payload["metadata"] == {"lang": "fr", "n": 30}
 
 
+def test_metadata_that_json_changes_is_still_unchanged(client, embedder):
+    sync = QdrantSync(client, "docs", embedder)
+    doc = Document("t.txt", "text", {"tags": ("a", "b"), "n": 1})
+    sync.sync([doc])
+    report = sync.sync([doc])
+    assert (report.unchanged, report.metadata_updated) == (1, 0)
+    failed = dict(sync.sync([Document("u.txt", "x", {"bad": {1, 2}})], delete_missing=False).failed)
+    assert "not JSON-serialisable" in failed["u.txt"]
+
+
+def test_search_of_missing_collection_creates_nothing(client, embedder):
+    with pytest.raises(CollectionMismatchError, match="does not exist"):
+        QdrantSync(client, "nowhere", embedder).search("q")
+    assert not client.collection_exists("nowhere")
+
+
 def test_keep_missing(client, embedder):
     sync = QdrantSync(client, "docs", embedder)
     sync.sync(DOCS)
