@@ -2,7 +2,7 @@
 
 from recemb.core.config import ConfigError, Mamba2Config
 from recemb.core.embedder import Embedder
-from recemb.core.loading import CheckpointError, load_encoder, resolve_model_path, save_encoder
+from recemb.core.loading import DEFAULT_MODEL, CheckpointError, load_encoder, resolve_model_path, save_encoder
 from recemb.core.mixer import Mamba2Block, Mamba2Mixer
 from recemb.core.model import Mamba2Encoder
 from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS, query_prompt, resolve_instruction
@@ -15,6 +15,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "DEFAULT_INSTRUCTION",
+    "DEFAULT_MODEL",
     "Embedder",
     "LayerState",
     "Mamba2Block",

@@ -26,6 +26,20 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
+def set_context_extension(model, mode: str) -> None:
+    from recemb.core.context_extension import ContextExtension
+
+    if model.context_extension is None:
+        if mode in ("auto", "off"):
+            return
+        model.context_extension = ContextExtension()  # nothing calibrated: set_mode names the missing step
+        try:
+            model.context_extension.set_mode(mode)
+        finally:
+            model.context_extension = None
+    model.context_extension.set_mode(mode)
+
+
 def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
@@ -86,17 +100,21 @@ class Embedder:
         cache_dir: str | os.PathLike | None = None,
         token: str | bool | None = None,
         local_files_only: bool | None = None,
+        context_extension: str = "auto",
     ) -> "Embedder":
         """Load a local folder or a Hugging Face id (resolved through the hub cache; honours HF_HUB_OFFLINE).
 
         device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
         a GPU. tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
         (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
+        context_extension: "auto" (every method calibrated in the folder), "off", "mambaextend", "longmamba" or
+        "both"; see ``set_context_extension``.
         """
         hub = dict(revision=revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
         folder = resolve_model_path(name_or_path, **hub)
         device = _resolve_device(device)
         model = load_encoder(folder, device=device, dtype=_resolve_dtype(dtype))
+        set_context_extension(model, context_extension)
         if isinstance(tokenizer, TextTokenizer):
             tok = tokenizer
         elif tokenizer is not None:
@@ -105,6 +123,17 @@ class Embedder:
             tok = TextTokenizer.from_folder(folder, eos_token_id=eos_token_id)
         return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,
                    max_length=max_length, name=str(name_or_path), chunk_size=chunk_size)
+
+    def set_context_extension(self, mode: str) -> None:
+        """Switch MambaExtend Δ scaling / LongMamba filtering: "auto", "off", "mambaextend", "longmamba", "both".
+
+        Affects the loaded model, so every Embedder sharing it (``shared_embedder``)."""
+        set_context_extension(self.model, mode)
+
+    @property
+    def context_extension(self) -> str:
+        ext = self.model.context_extension
+        return "off" if ext is None else ext.mode
 
     # ------------------------------------------------------------------ properties
     @property

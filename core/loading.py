@@ -10,6 +10,7 @@ Formats read:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from recemb.core.config import ConfigError, Mamba2Config
+from recemb.core.context_extension import ContextExtension
 from recemb.core.model import Mamba2Encoder
 
 FORMATS_HELP = (
@@ -34,6 +36,19 @@ WEIGHT_FILES = {
 }
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
+# Models shipped inside the package (trained by this project, see recemb_integrations.mini_model).
+BUNDLED_MODELS_DIR = Path(importlib.import_module("recemb").__file__).resolve().parent / "models"
+DEFAULT_MODEL = "recemb-mamba2-mini"
+
+
+def bundled_model_path(name: str) -> Path | None:
+    """The folder of a model shipped with recemb ("recemb-mamba2-mini" or "recemb/recemb-mamba2-mini")."""
+    bare = name.removeprefix("recemb/")
+    if not re.fullmatch(r"[\w.-]+", bare):
+        return None
+    folder = BUNDLED_MODELS_DIR / bare
+    return folder if (folder / "config.json").is_file() else None
+
 
 class CheckpointError(ValueError):
     """A model folder's files do not fit each other (wrong shapes, missing or unexpected tensors)."""
@@ -46,13 +61,17 @@ def resolve_model_path(
     token: str | bool | None = None,
     local_files_only: bool | None = None,
 ) -> Path:
-    """A local folder as it is, or a Hugging Face id resolved through the hub cache (honours HF_HUB_OFFLINE)."""
+    """A local folder as it is, a bundled model by name (``DEFAULT_MODEL``), or a Hugging Face id resolved
+    through the hub cache (honours HF_HUB_OFFLINE)."""
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
     if path.exists():
         raise NotADirectoryError(f"{str(name_or_path)!r} is a file; expected a model folder. {FORMATS_HELP}")
     name = str(name_or_path)
+    bundled = bundled_model_path(name)
+    if bundled is not None:
+        return bundled
     if not _REPO_ID.match(name):
         raise FileNotFoundError(f"no model folder at {name!r} (and it is not a Hugging Face id like 'org/name')")
     from huggingface_hub import snapshot_download
@@ -148,14 +167,17 @@ def to_encoder_keys(state: dict[str, torch.Tensor], config: Mamba2Config) -> dic
 
 
 def load_encoder(
-    folder: Path,
-    device: torch.device,
+    folder: str | os.PathLike,
+    device: str | torch.device,
     dtype: torch.dtype | None = None,
 ) -> Mamba2Encoder:
-    """Build a ``Mamba2Encoder`` from a model folder in any supported format.
+    """Build a ``Mamba2Encoder`` from a model folder in any supported format, with the folder's calibrated
+    context-extension artifacts attached (``context_extension.json``; every calibrated method on).
 
     dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
     """
+    folder = Path(folder)
+    device = torch.device(device)
     fmt = detect_format(folder)
     config = read_config(folder, fmt)
     state = to_encoder_keys(read_state_dict(folder, fmt), config)
@@ -167,6 +189,10 @@ def load_encoder(
     state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
     model.requires_grad_(False)
+    extension = ContextExtension.load(folder)
+    if extension is not None:
+        extension.check(config.num_hidden_layers, config.num_heads)
+        model.context_extension = extension
     return model.eval()
 
 

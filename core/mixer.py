@@ -14,8 +14,10 @@ import torch
 import torch.nn as nn
 
 from recemb.core.config import Mamba2Config
+from recemb.core.context_extension import DeltaControl, apply_delta_control
 from recemb.core.state import LayerState
 from recemb.kernels import causal_conv1d, gated_rms_norm, resolve_backend, ssd_chunk_scan
+from recemb.kernels.ssd.naive import prepare_dt
 
 # SSD chunk length for the torch backend. The checkpoint's chunk_size (256) suits GPU kernels; on the CPU the
 # intra-chunk work per token grows with q while the inter-chunk work does not, and q = 64 measured 3.4x faster
@@ -84,9 +86,11 @@ class Mamba2Mixer(nn.Module):
         return self.config.chunk_size
 
     def forward(
-        self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto"
+        self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
+        delta: DeltaControl | None = None,
     ) -> tuple[torch.Tensor, LayerState]:
-        """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence).
+        """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence);
+        delta: the context-extension Δ hook for this layer (None: the plain mixer).
 
         Return: out (b, l, d) in u.dtype, and the state after the last token of u.
         """
@@ -100,10 +104,14 @@ class Mamba2Mixer(nn.Module):
         )  # (b, l, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, g * n, g * n], dim=-1)
         A = -torch.exp(self.A_log.float())  # (h,)
+        dt_bias, dt_softplus, dt_limit = self.dt_bias, True, self.config.time_step_limit
+        if delta is not None:  # softplus(dt + bias) -> Δ hook -> limit, then a scan that leaves dt as it is
+            dt = prepare_dt(apply_delta_control(prepare_dt(dt, self.dt_bias, True), delta), dt_limit=dt_limit)
+            dt_bias, dt_softplus, dt_limit = None, False, (0.0, float("inf"))
         y, ssm_state = ssd_chunk_scan(
             x.reshape(b, l, h, p), dt, A, B.reshape(b, l, g, n), C.reshape(b, l, g, n),
-            self.chunk_size_for(u.device, backend), D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
-            dt_limit=self.config.time_step_limit,
+            self.chunk_size_for(u.device, backend), D=self.D, dt_bias=dt_bias, dt_softplus=dt_softplus,
+            dt_limit=dt_limit,
             initial_states=None if state is None else state.ssm_state,
             return_final_states=True, backend=backend, out_dtype=torch.float32,
         )  # y (b, l, h, p) fp32, ssm_state (b, h, p, n) fp32
@@ -121,8 +129,9 @@ class Mamba2Block(nn.Module):
         self.mixer = Mamba2Mixer(config)
 
     def forward(
-        self, h: torch.Tensor, state: LayerState | None = None, backend: str = "auto"
+        self, h: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
+        delta: DeltaControl | None = None,
     ) -> tuple[torch.Tensor, LayerState]:
         residual = h.float() if self.residual_in_fp32 else h
-        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype)), state, backend=backend)
+        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype)), state, backend=backend, delta=delta)
         return residual + out, state

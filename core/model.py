@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from recemb.core.config import Mamba2Config
+from recemb.core.context_extension import ContextExtension, DeltaControl
 from recemb.core.mixer import Mamba2Block, RMSNorm
 from recemb.core.state import LayerState, ModelState
 
@@ -21,6 +22,8 @@ class Mamba2Encoder(nn.Module):
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Mamba2Block(config) for _ in range(config.num_hidden_layers))
         self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
+        # Calibrated MambaExtend / LongMamba artifacts (loaded with the model); None or inactive: plain Mamba2.
+        self.context_extension: ContextExtension | None = None
 
     @property
     def dim(self) -> int:
@@ -33,18 +36,28 @@ class Mamba2Encoder(nn.Module):
         for layer in self.layers:
             layer.mixer.scan_chunk_size = chunk_size
 
+    def delta_controls(self, full_lengths: torch.Tensor) -> list[DeltaControl | None] | None:
+        """Per-layer Δ hooks for rows whose whole inputs are ``full_lengths`` (b,) tokens; None when inactive."""
+        ext = self.context_extension
+        if ext is None or not ext.active:
+            return None
+        return ext.layer_controls(full_lengths, self.embeddings.weight.device)
+
     def forward_chunk(
-        self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto"
+        self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto",
+        deltas: list[DeltaControl | None] | None = None,
     ) -> tuple[torch.Tensor, ModelState]:
         """Run one chunk of tokens through every layer.
 
-        input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start).
+        input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start);
+        deltas: per-layer context-extension hooks (``delta_controls``), None for the plain model.
         Return: the residual stream after the last layer (b, l, d), before the final norm, and the new states.
         """
         h = self.embeddings(input_ids)  # (b, l, d)
         new_states: ModelState = []
         for i, layer in enumerate(self.layers):
-            h, s = layer(h, None if states is None else states[i], backend=backend)
+            h, s = layer(h, None if states is None else states[i], backend=backend,
+                         delta=None if deltas is None else deltas[i])
             new_states.append(s)
         return h, new_states
 

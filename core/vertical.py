@@ -68,14 +68,18 @@ def encode_vertical(
     last = lens - 1  # pooling position per row
     pooled: torch.Tensor | None = None
     states = None
+    deltas = model.delta_controls(lens)  # context extension keyed by each row's whole length, not by V
     active = b
     for start in range(0, int(lens[0]), V):
         still_running = int((lens > start).sum())
         if still_running < active:  # finished sequences leave the batch
             states = [s.keep_rows(still_running) for s in states]
+            if deltas is not None:
+                deltas = [None if d is None else d.keep_rows(still_running) for d in deltas]
             active = still_running
         end = min(start + V, int(lens[0]))
-        h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend)  # (a, end-start, d)
+        h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend,
+                                        deltas=deltas)  # (a, end-start, d)
         rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
         if rows.numel():
             pos = (last[rows] - start).to(h.device)
@@ -89,3 +93,27 @@ def encode_vertical(
     result = torch.empty_like(pooled)
     result[order.to(pooled.device)] = pooled
     return result
+
+
+def pool_last_token(
+    model: Mamba2Encoder, input_ids: torch.Tensor, lengths: torch.Tensor, backend: str = "auto"
+) -> torch.Tensor:
+    """Differentiable twin of ``encode_vertical`` for training: one horizontal pass, autograd kept.
+
+    Memory grows with T (every activation is kept for backward), so training inputs are truncated
+    (``max_seq_length``); inference goes through ``encode_vertical``.
+
+    Arguments:
+        input_ids: (b, T) right-padded ids; lengths: (b,) real lengths, each in [1, T]
+    Return:
+        (b, d) final-normed hidden state at position lengths - 1 of each row
+    """
+    b, T = input_ids.shape
+    if b == 0:
+        return torch.empty(0, model.dim, device=input_ids.device)
+    lengths = lengths.to(device=input_ids.device, dtype=torch.long)
+    if int(lengths.min()) < 1 or int(lengths.max()) > T:
+        raise ValueError(f"lengths must lie in [1, {T}]")
+    h, _ = model.forward_chunk(input_ids, None, backend=backend, deltas=model.delta_controls(lengths.cpu()))
+    last = h[torch.arange(b, device=h.device), lengths - 1]  # (b, d): padding after EOS cannot reach it (causal)
+    return model.norm_f(last)

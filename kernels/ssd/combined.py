@@ -84,7 +84,9 @@ def ssd_chunk_scan_torch(
     CB = (Cc @ Bc.transpose(-1, -2))[:, :, :, None]  # (b, c, g, 1, q, s): once per group, not per head
     causal = torch.ones(q, q, dtype=torch.bool, device=x.device).tril()
     M = (dA_cs[..., :, None] - dA_cs[..., None, :]).masked_fill_(~causal, float("-inf"))  # (b, c, g, k, q, s)
-    M = M.exp_().mul_(CB)
+    M = M.exp_()
+    # In place saves a (b, c, g, k, q, s) buffer at inference; autograd needs exp's output intact for backward.
+    M = M * CB if torch.is_grad_enabled() else M.mul_(CB)
     y = M @ Xc  # (b, c, g, k, q, p)
     del M, CB
 
@@ -102,9 +104,10 @@ def ssd_chunk_scan_torch(
     else:
         state = x.new_zeros(b, g, n, k * p)
     entering = []
-    for ci in range(c):
+    # unbind, not [:, ci]: under autograd each indexing op's backward would write a full-size zero gradient.
+    for decay_ci, states_ci in zip(chunk_decay.unbind(1), chunk_states.unbind(1)):
         entering.append(state)
-        state = chunk_decay[:, ci] * state + chunk_states[:, ci]
+        state = decay_ci * state + states_ci
     final_states = state.view(b, g, n, k, p).permute(0, 1, 3, 4, 2).reshape(b, h, p, n)
 
     # 4. State -> output: y_q += exp(cs_q) C_q · state_entering.

@@ -93,8 +93,9 @@ def test_locked_store_and_missing_model_are_clear(tiny_folder, corpus, tmp_path,
         assert code == 2 and "in use by another process" in err and "--qdrant-url" in err
     finally:
         holder.close()
-    code = main(["sync", str(corpus), "--qdrant-path", str(tmp_path / "store")])
-    assert code == 2 and "no model given" in capsys.readouterr().err
+    code = main(["sync", str(corpus), "--model", str(tmp_path / "no-such-model"), "--qdrant-path",
+                 str(tmp_path / "store")])
+    assert code == 2 and "no-such-model" in capsys.readouterr().err
     code = main(["sync", str(tmp_path / "typo"), "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s")])
     assert code == 2 and "nothing synced" in capsys.readouterr().err
 

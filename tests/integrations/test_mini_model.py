@@ -1,0 +1,60 @@
+"""The default model's recipe: training text never contains evaluation queries, judgments or held-out text."""
+
+import json
+
+import numpy as np
+import pytest
+
+from recemb_integrations import mini_model
+
+DATA = mini_model.default_data_dir()
+needs_data = pytest.mark.skipif(not (DATA / "ir").is_dir(), reason="../shared/data is not present")
+
+
+@needs_data
+def test_pairs_never_contain_evaluation_queries_or_sts_test_sentences():
+    import random
+
+    pairs = mini_model._ir_pairs(DATA) + mini_model._sts_pairs(DATA) + mini_model._book_pairs(DATA, random.Random(0), 50)
+    texts = {t for a, p, _ in pairs for t in (a, p)}
+    joined = "\n".join(texts)
+    for queries in sorted((DATA / "ir").glob("*/queries.jsonl")):
+        for line in open(queries, encoding="utf-8"):
+            q = json.loads(line)["text"].strip()
+            if len(q.split()) >= 6:  # short queries could collide with titles by chance
+                assert q not in texts, (queries.parent.name, q)
+    with open(DATA / "sts" / "stsbenchmark" / "test.tsv", encoding="utf-8") as f:
+        next(f)
+        test_sentences = {s for line in f for s in line.rstrip("\n").split("\t")[:2]}
+    with open(DATA / "sts" / "stsbenchmark" / "train.tsv", encoding="utf-8") as f:
+        next(f)
+        train_sentences = {s for line in f for s in line.rstrip("\n").split("\t")[:2]}
+    leaked = (test_sentences - train_sentences) & texts
+    assert not leaked, sorted(leaked)[:3]
+    # The held-out book feeds the long-document test only.
+    held_out = (DATA / "long" / mini_model.HELD_OUT_BOOKS[0]).read_text(encoding="utf-8")
+    probe = " ".join(held_out.split()[50_000:50_012])
+    assert probe not in joined
+
+
+def test_roff_text_strips_markup():
+    lines = [".TH LS 1", r"\fB\-\-all\fR lists \fIall\fR entries", ".B bold words", ".PP", r"done\(em here"]
+    assert mini_model._roff_text(lines) == "--all lists all entries bold words done here"
+
+
+def test_principal_directions_keep_dot_products_best():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 4)) @ rng.normal(size=(4, 12)) + 0.01 * rng.normal(size=(500, 12))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    p = principal = mini_model.principal_directions(x, 4)
+    assert p.shape == (12, 4) and np.allclose(principal.T @ principal, np.eye(4), atol=1e-5)
+    err = np.abs((x @ p) @ (x @ p).T - x @ x.T).max()
+    q, _ = np.linalg.qr(rng.normal(size=(12, 4)))
+    assert err < 0.05 < np.abs((x @ q) @ (x @ q).T - x @ x.T).max()
+
+
+def test_student_config_fits_the_size_budget():
+    c = mini_model.student_config(30522, 0, 101, 102)
+    per_layer = c.hidden_size * c.in_proj_size + c.intermediate_size * c.hidden_size + c.conv_dim * (c.conv_kernel + 1)
+    params = c.vocab_size * c.hidden_size + c.num_hidden_layers * per_layer
+    assert params * 2 < 25e6  # fp16 bytes on disk
