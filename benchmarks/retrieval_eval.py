@@ -105,7 +105,7 @@ class RecembSystem:
         return self.embedder.encode_queries(texts, instruction=task, batch_size=64, show_progress_bar=False)
 
     def documents(self, texts):
-        return self.embedder.encode_documents(texts, batch_size=16, show_progress_bar=False)
+        return self.embedder.encode_documents(texts, batch_size=16, show_progress_bar=False, vertical_chunk_size=1024)
 
     def symmetric(self, texts):
         return self.embedder.encode_queries(texts, instruction="STS", batch_size=64, show_progress_bar=False)

@@ -5,26 +5,20 @@
 
 import argparse
 import resource
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from demo_model import build_demo_model  # noqa: E402
-
-from recemb.core import Embedder  # noqa: E402
+from recemb.core import DEFAULT_MODEL, Embedder
 
 BOOK = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "long" / "moby_dick.txt"
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("path", nargs="?", default=str(BOOK))
 parser.add_argument("--vertical-chunk-size", type=int, default=1024)
+parser.add_argument("--model", default=DEFAULT_MODEL, help="model folder, bundled name or hub id")
 args = parser.parse_args()
 text = Path(args.path).read_text(encoding="utf-8") if Path(args.path).is_file() else "Call me Ishmael. " * 40_000
 
-with tempfile.TemporaryDirectory() as tmp:
-    emb = Embedder.from_pretrained(build_demo_model(Path(tmp), text[:500_000]), device="cpu",
-                                   vertical_chunk_size=args.vertical_chunk_size)
+emb = Embedder.from_pretrained(args.model, device="cpu", vertical_chunk_size=args.vertical_chunk_size)
 ids = emb.tokenize([text])[0]
 print(f"{Path(args.path).name}: {len(text):,} characters, {len(ids):,} tokens; {emb}")
 peak_mib = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # noqa: E731 (Linux: KiB)

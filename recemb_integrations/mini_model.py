@@ -361,7 +361,7 @@ bash scripts/install.sh train && recemb train-mini --out recemb/models/{NAME} --
   "book" = a sentence → the rest of its passage, from the books under `shared/data/long` except War and Peace
   (held out for the long-document test); "docstring" = a summary line → the rest of a Python standard-library
   docstring; "manpage" = a manual page's NAME line → its DESCRIPTION. 70 % of the queries carry a random E5
-  retrieval instruction (`Instruct: ...\nQuery: `); the target is the teacher's embedding of the bare query.
+  retrieval instruction (`Instruct: ...\\nQuery: `); the target is the teacher's embedding of the bare query.
 - Loss: cosine distance of query and passage embeddings to their teacher targets + {s["config"]["contrastive_weight"]}
   × InfoNCE (τ = {s["config"]["temperature"]}, in-batch negatives), through sentence-transformers' trainer
   (`recemb_integrations.training`, loss "distill"). AdamW, learning rate {s["config"]["learning_rate"]}, linear

@@ -104,3 +104,27 @@ def test_search_of_missing_collection(tiny_folder, tmp_path, capsys):
     pytest.importorskip("qdrant_client")
     code = main(["search", "q", "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s"), "--collection", "x"])
     assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_calibrate_writes_artifacts_that_load_and_switch(tiny_folder, tmp_path, capsys):
+    from recemb.core import Embedder
+
+    book = tmp_path / "book.txt"
+    book.write_text(" ".join(f"word{i % 97} and the sea, chapter {i}." for i in range(400)))
+    out = tmp_path / "calibrated"
+    code, data, err = run_json(capsys, ["calibrate", str(tiny_folder), str(book), "--train-length", "32",
+                                        "--windows", "4", "--documents", "2", "--iterations", "2",
+                                        "--out", str(out)])
+    assert code == 0, err
+    assert data["mode"] == "both" and len(data["delta_scale"]) == 2 and 64 in data["target_lengths"]
+    assert (out / "context_extension.json").is_file() and not (tiny_folder / "context_extension.json").exists()
+    assert Embedder.from_pretrained(out, device="cpu").context_extension == "both"
+    text = [book.read_text()[:3000]]
+    on = Embedder.from_pretrained(out, device="cpu").encode_documents(text)
+    off = Embedder.from_pretrained(out, device="cpu", context_extension="off").encode_documents(text)
+    plain = Embedder.from_pretrained(tiny_folder, device="cpu").encode_documents(text)
+    assert abs(off - plain).max() == 0 and abs(on - plain).max() > 1e-4
+    code, info, _ = run_json(capsys, ["embed", str(book), "--model", str(out), "--context-extension", "off"])
+    assert code == 0
+    code = main(["calibrate", str(tiny_folder), str(tmp_path / "missing.txt"), "--train-length", "32"])
+    assert code == 2 and "missing.txt" in capsys.readouterr().err

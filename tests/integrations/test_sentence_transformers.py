@@ -167,3 +167,26 @@ def test_missing_framework_names_the_extra():
             "try:\n import recemb_integrations.sentence_transformers\nexcept ImportError as e: print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert 'pip install "recemb[sentence-transformers]"' in out
+
+
+def test_context_extension_switch_and_artifacts_travel(exported, tmp_path):
+    import shutil
+
+    from recemb.core.context_extension import ContextExtension
+
+    folder = tmp_path / "calibrated"
+    shutil.copytree(exported, folder)
+    ContextExtension(delta_scale=[0.5, 1.8]).save(folder)
+    on = st.SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
+    off = st.SentenceTransformer(str(folder), trust_remote_code=True, device="cpu",
+                                 model_kwargs={"context_extension": "off"})
+    plain = st.SentenceTransformer(str(exported), trust_remote_code=True, device="cpu")
+    assert np.array_equal(off.encode(TEXTS), plain.encode(TEXTS))
+    assert not np.allclose(on.encode(TEXTS), plain.encode(TEXTS), atol=1e-4)
+    on[0].set_context_extension("off")
+    assert np.array_equal(on.encode(TEXTS), plain.encode(TEXTS))
+    on[0].set_context_extension("mambaextend")
+    on.save(str(tmp_path / "saved"))  # the artifacts are saved with the weights
+    assert (tmp_path / "saved" / "context_extension.json").is_file()
+    again = st.SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
+    assert np.allclose(again.encode(TEXTS), on.encode(TEXTS), atol=1e-6)
