@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from recemb.core.context_extension import ContextExtension, DeltaControl
+from recemb.core.context_extension import ContextExtension, DeltaControl, apply_delta_control
 from recemb.core.model import Mamba2Encoder
 from recemb.core.vertical import encode_vertical
+from recemb.kernels.ssd.naive import prepare_dt
 
 TARGET_MULTIPLES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
@@ -45,11 +46,11 @@ def record_delta(model: Mamba2Encoder, input_ids: torch.Tensor, backend: str = "
         mixer = layer.mixer
 
         def hook(_module, _inputs, output, mixer=mixer, i=i):
-            dt = output[..., -mixer.nheads:].float() + mixer.dt_bias.float()
-            dt = F.softplus(dt)[0]  # (l, h)
+            # The mixer's own Δ path: softplus(dt + bias), then the MambaExtend scale (no filtering, no limit).
+            dt = prepare_dt(output[..., -mixer.nheads:], mixer.dt_bias, dt_softplus=True)
             if scales is not None:
-                dt = dt * max(scales[i], 0.01)
-            recorded.append(dt)
+                dt = apply_delta_control(dt, DeltaControl(scale=scales[i]))
+            recorded.append(dt[0])  # (l, h)
 
         hooks.append(mixer.in_proj.register_forward_hook(hook))
     saved, model.context_extension = model.context_extension, None

@@ -30,13 +30,8 @@ def set_context_extension(model, mode: str) -> None:
     from recemb.core.context_extension import ContextExtension
 
     if model.context_extension is None:
-        if mode in ("auto", "off"):
-            return
-        model.context_extension = ContextExtension()  # nothing calibrated: set_mode names the missing step
-        try:
-            model.context_extension.set_mode(mode)
-        finally:
-            model.context_extension = None
+        ContextExtension().set_mode(mode)  # nothing calibrated: checks the mode, and names the missing step
+        return
     model.context_extension.set_mode(mode)
 
 

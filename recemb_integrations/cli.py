@@ -318,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_export)
 
+    # The training defaults have one source, TrainingConfig (a plain dataclass: no training stack is imported).
+    from recemb_integrations.training_config import LOSSES, TrainingConfig
+
+    TRAIN = TrainingConfig()
     p = commands.add_parser("train", help="fine-tune a Mamba2 embedder (InfoNCE or distillation)",
                             description="The E5-mistral recipe through sentence-transformers' trainer: InfoNCE at "
                             "temperature 0.02 with in-batch and hard negatives, instructions on queries only, EOS "
@@ -327,25 +331,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="model folder or id to start from")
     p.add_argument("data", help="training pairs, JSON lines")
     p.add_argument("--out", required=True, help="output folder (sentence-transformers format, merged weights)")
-    p.add_argument("--loss", choices=["infonce", "distill"], default="infonce")
-    p.add_argument("--temperature", type=float, default=0.02)
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--max-steps", type=int, default=-1, help="overrides --epochs when > 0")
-    p.add_argument("--batch-size", type=int, default=64, help="pairs per step (in-batch negatives)")
+    p.add_argument("--loss", choices=list(LOSSES), default=TRAIN.loss)
+    p.add_argument("--temperature", type=float, default=TRAIN.temperature)
+    p.add_argument("--epochs", type=float, default=TRAIN.epochs)
+    p.add_argument("--max-steps", type=int, default=TRAIN.max_steps, help="overrides --epochs when > 0")
+    p.add_argument("--batch-size", type=int, default=TRAIN.batch_size, help="pairs per step (in-batch negatives)")
     p.add_argument("--mini-batch-size", type=int, help="gradient caching: texts per forward/backward (infonce)")
-    p.add_argument("--learning-rate", type=float, default=1e-4)
-    p.add_argument("--warmup-steps", type=int, default=100)
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--max-length", type=int, default=512, help="tokens per training text, EOS included")
+    p.add_argument("--learning-rate", type=float, default=TRAIN.learning_rate)
+    p.add_argument("--warmup-steps", type=int, default=TRAIN.warmup_steps)
+    p.add_argument("--weight-decay", type=float, default=TRAIN.weight_decay)
+    p.add_argument("--max-length", type=int, default=TRAIN.max_length, help="tokens per training text, EOS included")
     p.add_argument("--instruction", help="query instruction or E5 task name for anchors without their own "
                                          "(default: web search; '' for none)")
     p.add_argument("--lora", choices=["auto", "on", "off"], default="auto",
                    help="auto: LoRA above 300M parameters, full fine-tuning below")
-    p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--lora-alpha", type=int, default=16)
-    p.add_argument("--dtype", default="float32", help="training weight dtype")
+    p.add_argument("--lora-r", type=int, default=TRAIN.lora_r)
+    p.add_argument("--lora-alpha", type=int, default=TRAIN.lora_alpha)
+    p.add_argument("--dtype", default=TRAIN.dtype, help="training weight dtype")
     p.add_argument("--tokenizer", help="tokenizer folder or id, when MODEL has none")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=TRAIN.seed)
     p.add_argument("--name", help="model name for the model card")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_train)

@@ -128,3 +128,19 @@ def test_calibrate_writes_artifacts_that_load_and_switch(tiny_folder, tmp_path, 
     assert code == 0
     code = main(["calibrate", str(tiny_folder), str(tmp_path / "missing.txt"), "--train-length", "32"])
     assert code == 2 and "missing.txt" in capsys.readouterr().err
+
+
+def test_train_command_trains_and_reports(tiny_folder, tmp_path, capsys):
+    pytest.importorskip("peft")
+    rows = [{"anchor": f"topic {w}", "positive": f"a note on {w}"} for w in ("sea", "bread", "chess", "snow")] * 2
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "trained"
+    code, report, err = run_json(capsys, ["train", str(tiny_folder), str(data), "--out", str(out), "--max-steps",
+                                          "3", "--batch-size", "4", "--warmup-steps", "1", "--instruction", ""])
+    assert code == 0, err
+    assert report["steps"] == 3 and report["rows"] == 8 and report["lora"] is False
+    assert json.loads((out / "training.json").read_text())["config"]["batch_size"] == 4
+    data.write_text('{"anchor": "only an anchor"}\n')
+    assert main(["train", str(tiny_folder), str(data), "--out", str(tmp_path / "x")]) == 2
+    assert "pairs.jsonl:1: 'positive'" in capsys.readouterr().err
