@@ -11,8 +11,10 @@ One command rebuilds it from offline material only (``recemb train-mini --out DI
    student learns to map an instructed query onto the teacher's embedding of the bare query.
 2. **Teacher targets**: MiniLM embeds every anchor (without instruction) and positive; the 384-d targets are
    projected onto their top principal directions (uncentred, so cosines survive) to the student's width.
-3. **Student**: transformers' Mamba2 initialisation, the teacher's WordPiece tokenizer ([SEP] is the EOS) and
-   the teacher's word embeddings reduced to the student width by the same kind of projection.
+3. **Student**: the teacher's WordPiece tokenizer ([SEP] is the EOS); transformers' Mamba2 initialisation, then
+   ``pooling_init``: layer 0 is set to sum static token vectors (the teacher's embedding of each token alone,
+   projected like the targets) weighted by smooth inverse frequency, and layers 1.. start as the identity. The
+   untrained student is thus a model2vec/SIF-style embedder (about 0.6× the teacher's nDCG@10), not noise.
 4. **Training**: ``recemb_integrations.training`` in distillation mode (cosine distance to the teacher +
    0.1 × InfoNCE at τ = 0.02), full fine-tuning, fixed seed; weights saved in fp16 (fp32 on load).
 """
@@ -46,6 +48,18 @@ INSTRUCTED_FRACTION = 0.7
 MAX_POSITIVE_WORDS = 96  # keeps the teacher (256 tokens) seeing the whole positive
 # Held out of training: benchmarks/retrieval_eval.py builds its long-document test from it.
 HELD_OUT_BOOKS = ("war_and_peace.txt",)
+
+# pooling_init constants (see its docstring)
+SIF_SMOOTHING = 1e-3  # a in a / (a + p): Arora et al. 2017's smooth inverse frequency
+POOL_ALPHA = 0.05  # log-weight scale in the embedding's weight channel (keeps |e| near 1)
+POOL_GATE = 4.0  # z at the EOS row: SiLU(4) ~ 3.9
+POOL_SPREAD = 1.0  # x pre-activation = POOL_SPREAD * s * sqrt(d)
+POOL_X_BIAS = 3.0  # x = SiLU(3 +- s): near the linear part of SiLU
+POOL_BC_BIAS = 2.0  # B = C = SiLU(2)
+POOL_DT_BIAS = -3.0  # dt ~ w * e^-3 (softplus in its exponential regime)
+POOL_DECAY = 1e-4  # |A|: dt * |A| <= 5e-6 per token, no forgetting over 100K tokens
+POOL_OUT_GAIN = 8.0
+POOL_EMBED_SCALE = 16.0
 
 
 def student_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> Mamba2Config:
@@ -242,11 +256,102 @@ def teacher_targets(rows: list[dict], teacher_dir: Path, dim: int, batch_size: i
 # --------------------------------------------------------------------------------------------- student
 
 
-def init_student(folder: Path, teacher_dir: Path, seed: int = 0) -> Path:
-    """Write the untrained student: transformers' Mamba2 init, teacher tokenizer, projected word embeddings."""
+def static_token_vectors(teacher_dir: Path, batch_size: int = 2048) -> np.ndarray:
+    """(vocab, 384): the teacher's embedding of each vocabulary token on its own (``[CLS] token [SEP]``)."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
+    model = transformers.AutoModel.from_pretrained(str(teacher_dir)).eval()
+    vocab = len(tok)
+    out = np.zeros((vocab, model.config.hidden_size), np.float32)
+    with torch.no_grad():
+        for start in range(0, vocab, batch_size):
+            ids = torch.arange(start, min(vocab, start + batch_size))
+            seq = torch.stack([torch.full_like(ids, tok.cls_token_id), ids, torch.full_like(ids, tok.sep_token_id)], 1)
+            pooled = model(input_ids=seq).last_hidden_state.mean(1)  # the teacher's own mean pooling
+            out[start:start + len(ids)] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    return out
+
+
+def token_weights(rows: list[dict], tokenizer, smoothing: float = SIF_SMOOTHING) -> np.ndarray:
+    """(vocab,) SIF weights a / (a + p(token)), p counted over the training texts as the student sees them
+    (instruction prefixes included, so the instruction's words start out nearly silent)."""
+    from recemb.core.prompts import QUERY_TEMPLATE
+
+    counts = np.ones(len(tokenizer))
+    texts = [r["positive"] for r in rows] + [
+        (QUERY_TEMPLATE.format(instruction=r["instruction"]) if r["instruction"] else "") + r["anchor"] for r in rows]
+    for start in range(0, len(texts), 1024):
+        for ids in tokenizer(texts[start:start + 1024], add_special_tokens=False)["input_ids"]:
+            np.add.at(counts, ids, 1)
+    p = counts / counts.sum()
+    return smoothing / (smoothing + p)
+
+
+def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: list[int]) -> None:
+    """Set the student so that its first layer computes the weighted sum of static token vectors and the other
+    layers pass it through: embedding = normalise(sum_t w_t s_t), a model2vec/SIF-style embedder to start from.
+
+    How (shape glossary of ``recemb.core.mixer``; d = hidden size, I = 2d, heads 0..h/2-1 hold +x, the rest -x):
+
+    - embeddings: row v = [s_v (d-1 values, unit norm), ALPHA * log w_v]; silent tokens ([CLS], [SEP], [PAD])
+      = [0, ..., 0, -1]. The last channel carries the token's weight and is dropped by ``norm_f``.
+    - layer 0: x = SiLU(b ± s) (conv: current token only, bias b), so the out_proj difference of the two halves is
+      odd in s (≈ linear); B = C = SiLU(c) constant; dt = softplus(log w + dt_bias) ≈ w e^dt_bias, so token t
+      enters the state with weight w_t; A ≈ 0 (no decay: a sum over the whole input); D = 0; the gate z is set
+      by the EOS row, the only position read out. The gated RMSNorm only rescales the whole vector.
+    - layers 1..: out_proj = 0, so each block is the identity until training moves it.
+    """
+    c = encoder.config
+    d, inner, h = c.hidden_size, c.intermediate_size, c.num_heads
+    n_sig = d - 1  # signal channels; channel d-1 is the weight channel
+    if vectors.shape != (c.vocab_size, n_sig) or inner != 2 * d or h % 2:
+        raise ValueError("pooling_init needs vectors (vocab, d-1), expand 2 and an even head count")
+    s = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6)
+    emb = np.zeros((c.vocab_size, d), np.float32)
+    emb[:, :n_sig] = s
+    emb[:, n_sig] = POOL_ALPHA * np.log(np.maximum(weights, 1e-8))
+    emb[silent_ids] = 0.0
+    emb[silent_ids, n_sig] = -1.0
+    emb *= POOL_EMBED_SCALE  # RMSNorm ignores the scale; it keeps Adam's ~lr-sized steps small relative to rows
+    rms_scale = float(np.sqrt(d))  # RMSNorm(e) = e * sqrt(d) / |e| and |e| ~ 1 before the scale
+    mixer = encoder.layers[0].mixer
+    conv_dim = c.conv_dim
+    with torch.no_grad():
+        encoder.embeddings.weight.copy_(torch.from_numpy(emb))
+        w_in = torch.zeros(c.in_proj_size, d)
+        z_rows, x_rows = slice(0, inner), slice(inner, 2 * inner)
+        w_in[z_rows, n_sig] = -POOL_GATE / rms_scale  # z = POOL_GATE at the EOS row ([..., -1])
+        eye = torch.eye(n_sig) / rms_scale * POOL_SPREAD
+        w_in[x_rows][:n_sig, :n_sig] = eye
+        w_in[x_rows][d:d + n_sig, :n_sig] = -eye
+        w_in[inner + conv_dim:, n_sig] = 1.0 / (POOL_ALPHA * rms_scale)  # dt pre-activation = log w
+        mixer.in_proj.weight.copy_(w_in)
+        conv_w = torch.zeros_like(mixer.conv1d.weight)
+        conv_w[:inner, 0, -1] = 1.0  # x: the current token only (the last tap of the causal conv)
+        mixer.conv1d.weight.copy_(conv_w)
+        conv_b = torch.full((conv_dim,), POOL_BC_BIAS)
+        conv_b[:inner] = POOL_X_BIAS
+        mixer.conv1d.bias.copy_(conv_b)
+        mixer.dt_bias.fill_(POOL_DT_BIAS)
+        mixer.A_log.fill_(float(np.log(POOL_DECAY)))
+        mixer.D.zero_()
+        mixer.norm.weight.fill_(1.0)
+        w_out = torch.zeros(d, inner)
+        w_out[:n_sig, :n_sig] = torch.eye(n_sig) * POOL_OUT_GAIN
+        w_out[:n_sig, d:d + n_sig] = -torch.eye(n_sig) * POOL_OUT_GAIN
+        mixer.out_proj.weight.copy_(w_out)
+        for layer in encoder.layers[1:]:
+            layer.mixer.out_proj.weight.zero_()
+        encoder.norm_f.weight.fill_(1.0)
+        encoder.norm_f.weight[n_sig] = 0.0  # the weight channel is not part of the embedding
+
+
+def init_student(folder: Path, teacher_dir: Path, rows: list[dict], projection: np.ndarray, seed: int = 0) -> Path:
+    """Write the untrained student: transformers' Mamba2 init, teacher tokenizer, then ``pooling_init`` with the
+    teacher's static token vectors projected like the targets and SIF weights from the training texts."""
     import transformers
     from recemb.core.loading import load_encoder, save_encoder
-    from safetensors.torch import load_file
 
     tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
     config = student_config(len(tok), tok.pad_token_id, tok.cls_token_id, tok.sep_token_id)
@@ -255,20 +360,19 @@ def init_student(folder: Path, teacher_dir: Path, seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(str(folder))
     encoder = load_encoder(folder, device="cpu", dtype=torch.float32)
-    words = load_file(str(teacher_dir / "model.safetensors"))
-    key = next(k for k in words if k.endswith("word_embeddings.weight"))
-    w = words[key].float().numpy()  # (vocab, 384)
-    reduced = w @ principal_directions(w, config.hidden_size)
-    with torch.no_grad():
-        encoder.embeddings.weight.copy_(torch.from_numpy(reduced))
+    static = static_token_vectors(teacher_dir)
+    norms = np.linalg.norm(static @ projection, axis=1)
+    vectors = static @ projection[:, :config.hidden_size - 1]
+    weights = token_weights(rows, tok) * norms
+    pooling_init(encoder, vectors, weights, [tok.cls_token_id, tok.sep_token_id, tok.pad_token_id])
     save_encoder(encoder, folder)
     tok.save_pretrained(str(folder))
     return folder
 
 
 def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int = 0, epochs: float = 1.0,
-               batch_size: int = 64, learning_rate: float = 1e-3, contrastive_weight: float = 0.1,
-               max_rows: int | None = None, work_dir: str | os.PathLike | None = None) -> dict:
+               batch_size: int = 32, learning_rate: float = 3e-4, contrastive_weight: float = 0.1,
+               max_rows: int | None = None, warmup_steps: int = 20, work_dir: str | os.PathLike | None = None) -> dict:
     """Build ``recemb-mamba2-mini`` into ``out``; return the summary also written to ``out/training.json``."""
     from recemb_integrations.sentence_transformers import export_sentence_transformers
     from recemb_integrations.training import TrainingConfig, build_dataset, train
@@ -277,19 +381,18 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
     work = Path(work_dir) if work_dir is not None else out.parent / f".{out.name}-work"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = build_pairs(data_dir, seed)
-    if max_rows is not None:
-        rows = rows[:max_rows]
+    all_rows = build_pairs(data_dir, seed)
+    rows = all_rows[:max_rows] if max_rows is not None else all_rows
     teacher_dir = teacher_path()
-    student_dir = init_student(work / "init", teacher_dir, seed)
     dim = student_config(1, 0, 0, 0).hidden_size
     targets, projection, _ = teacher_targets(rows, teacher_dir, dim)
+    student_dir = init_student(work / "init", teacher_dir, all_rows, projection, seed)
     t_teacher = time.time() - t0
     for row, target in zip(rows, targets):
         row["label"] = target.tolist()
     dataset = build_dataset(rows)  # every row carries its own instruction ("" = none)
     config = TrainingConfig(loss="distill", epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                            warmup_steps=100, weight_decay=0.1, max_length=256, lora=False,
+                            warmup_steps=warmup_steps, weight_decay=0.1, max_length=256, lora=False,
                             contrastive_weight=contrastive_weight, seed=seed, logging_steps=25)
     summary = train(student_dir, dataset, work / "trained", config, model_name=NAME)
     # Ship in fp16 (half the size; loads as fp32 on the CPU), in the export format with its model card.
@@ -334,7 +437,7 @@ project's 2-core CPU machines from offline material only. It exists so that `rec
 examples and the tests work on a fresh machine with no model download.
 
 **What it is not**: a paper-scale embedder. It is {c["num_hidden_layers"]} layers of width {c["hidden_size"]}
-({n_params / 1e6:.1f} M parameters, {size_mb:.0f} MB in fp16), trained for about an hour; expect
+({n_params / 1e6:.1f} M parameters, {size_mb:.0f} MB in fp16), trained for under an hour; expect
 quality below its teacher on most inputs (numbers below). Paper-scale checkpoints (Codestral Mamba2 7B,
 mamba2-1.3b fine-tuned with `recemb train`) load the same way: `Embedder.from_pretrained(path)`.
 
@@ -354,8 +457,11 @@ bash scripts/install.sh train && recemb train-mini --out recemb/models/{NAME} --
 
 - Teacher: {s["teacher"]}, max 256 tokens. Its 384-d embeddings are projected onto their top
   {c["hidden_size"]} principal directions (uncentred, so cosines are kept) and re-normalised: these are the targets.
-- Student initialisation: transformers' Mamba2 initialisation (seed {s["seed"]}), word embeddings = the
-  teacher's word embeddings reduced to {c["hidden_size"]} dimensions the same way.
+- Student initialisation (`pooling_init`): transformers' Mamba2 initialisation (seed {s["seed"]}), then layer 0 set
+  to compute the sum of static token vectors (the teacher's embedding of each token alone, projected like the
+  targets) weighted by smooth inverse frequency (a = 1e-3, frequencies counted over the training texts, instruction
+  prefixes included) and the other layers set to the identity (out_proj = 0). Training starts from a
+  model2vec/SIF-style embedder and learns what a sum cannot (word order, context, ignoring instructions).
 - Data ({s["rows"]:,} (query, passage) pairs, documents only, never an evaluation query or judgment):
   {sources}. "ir" = title → body of the documents under `shared/data/ir`; "sts" = STS-B *train* pairs scored ≥ 3;
   "book" = a sentence → the rest of its passage, from the books under `shared/data/long` except War and Peace

@@ -58,3 +58,43 @@ def test_student_config_fits_the_size_budget():
     per_layer = c.hidden_size * c.in_proj_size + c.intermediate_size * c.hidden_size + c.conv_dim * (c.conv_kernel + 1)
     params = c.vocab_size * c.hidden_size + c.num_hidden_layers * per_layer
     assert params * 2 < 25e6  # fp16 bytes on disk
+
+
+def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
+    """After ``pooling_init`` the Mamba2 student embeds a text as normalise(sum_t w_t s_t) over its tokens,
+    checked against that sum computed here in numpy; silent tokens add nothing, and the weights matter."""
+    import torch
+    from recemb.core.config import Mamba2Config
+    from recemb.core.model import Mamba2Encoder
+    from recemb.core.vertical import encode_vertical
+
+    vocab, d = 50, 16
+    config = Mamba2Config(hidden_size=d, num_hidden_layers=3, num_heads=4, head_dim=8, state_size=8, expand=2,
+                          conv_kernel=4, chunk_size=8, vocab_size=vocab, pad_token_id=0, bos_token_id=1,
+                          eos_token_id=2, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    encoder = Mamba2Encoder(config).eval()
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(vocab, d - 1)).astype(np.float32)
+    weights = np.exp(rng.uniform(np.log(1e-3), 0, size=vocab))  # three decades, like SIF weights
+    mini_model.pooling_init(encoder, vectors, weights, silent_ids=[0, 1, 2])
+
+    texts = [rng.integers(3, vocab, size=n).tolist() for n in (1, 5, 17, 60, 200)]
+    ids = [[1] + t + [2] for t in texts]  # [CLS] tokens [SEP]; [SEP] is the EOS
+    width = max(map(len, ids))
+    batch = torch.tensor([s + [0] * (width - len(s)) for s in ids])
+    lengths = torch.tensor([len(s) for s in ids])
+    with torch.no_grad():
+        out = encode_vertical(encoder, batch, lengths, vertical_chunk_size=32, backend="torch").numpy()
+    assert np.abs(out[:, d - 1]).max() < 1e-6  # the weight channel is dropped by norm_f
+    got = out[:, :d - 1] / np.linalg.norm(out[:, :d - 1], axis=1, keepdims=True)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def pooled(w):
+        e = np.stack([(unit[t] * w[t, None]).sum(0) for t in texts])
+        return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+    weighted = (got * pooled(weights)).sum(1)
+    unweighted = (got * pooled(np.ones(vocab))).sum(1)
+    assert weighted.min() > 0.999, weighted
+    assert (weighted > unweighted + 0.02)[1:].all(), (weighted, unweighted)  # one token: the weight is moot
