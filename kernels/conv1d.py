@@ -39,22 +39,37 @@ def causal_conv1d_ref(
     else:
         history = conv_state[:, :, 1:].transpose(1, 2).to(x.dtype)  # (b, k-1, d)
     cdt = torch.promote_types(x.dtype, torch.float32)  # accumulate the taps in fp32 (fp64 for fp64 input)
-    full = torch.cat([history, x], dim=1)  # (b, k-1+l, d), channels stay contiguous
     w = weight.to(cdt)
-    # Shift-and-add over the k taps: on the CPU this beats a depthwise F.conv1d on the transposed (b, d, l).
-    y = full[:, 0:l].to(cdt) * w[:, 0]
-    for j in range(1, k):
-        y.addcmul_(full[:, j : j + l], w[:, j])
+    # Shift-and-add over the k taps, y[t] = sum_j w[j] * full[t + j] with full = cat(history, x), read from x and
+    # history directly: on the CPU this beats a depthwise F.conv1d on the transposed (b, d, l), and skipping the
+    # cat saves a copy of the whole chunk. Tap j looks s = k-1-j tokens back.
+    # Taps in order 0..k-1, the order of the cat-based form, so results are unchanged to the bit.
+    y = torch.empty(b, l, d, dtype=cdt, device=x.device)
+    for j in range(k):
+        s = k - 1 - j
+        head = min(s, l)  # outputs whose tap j falls in the history
+        if j == 0:
+            y[:, :head] = history[:, :head].to(cdt) * w[:, 0]
+            if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+                y[:, head:] = x[:, : l - head].to(cdt) * w[:, 0]  # out= has no autograd
+            else:
+                torch.mul(x[:, : l - head].to(cdt), w[:, 0], out=y[:, head:])
+        else:
+            y[:, :head].addcmul_(history[:, j : j + head], w[:, j])
+            y[:, head:].addcmul_(x[:, : l - head], w[:, j])
     if bias is not None:
         y += bias.to(cdt)
     if activation == "silu":
         y = F.silu(y)
     elif activation is not None:
         raise ValueError(f"unsupported activation {activation!r}")
-    if conv_state is None:
-        new_state = full[:, -k:].transpose(1, 2)  # full holds k-1 zeros + l >= 1 inputs
+    # The new state is the last k inputs of cat(conv_state, x).
+    if l >= k:
+        tail = x[:, -k:]
     else:
-        new_state = torch.cat([conv_state[:, :, :1].to(x.dtype), full.transpose(1, 2)], dim=-1)[:, :, -k:]
+        past = x.new_zeros(b, k, d) if conv_state is None else conv_state.transpose(1, 2).to(x.dtype)
+        tail = torch.cat([past[:, l:], x], dim=1)  # (b, k, d)
+    new_state = tail.transpose(1, 2)
     return y.to(x.dtype), new_state.contiguous()
 
 

@@ -53,4 +53,27 @@ def gated_rms_norm(
         from recemb.kernels.gated_norm_triton import gated_rms_norm_triton
 
         return gated_rms_norm_triton(y, z, weight, group_size, eps)
-    return gated_rms_norm_ref(y, z, weight, group_size, eps)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (y, z, weight))
+    if needs_grad or weight.dtype != torch.float32 or y.dtype not in (torch.float32, torch.float64):
+        return gated_rms_norm_ref(y, z, weight, group_size, eps)
+    return gated_rms_norm_inference(y, z, weight, group_size, eps)
+
+
+def gated_rms_norm_inference(
+    y: torch.Tensor,
+    z: torch.Tensor | None,
+    weight: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``gated_rms_norm_ref`` for fp32/fp64 y and an fp32 weight without autograd, in three passes over (..., d)
+    instead of seven: one buffer, updated in place, and a sum of squares without a squared copy.
+    Equal to the reference up to rounding (tested); the CPU encoder spends ~10% of its time here otherwise."""
+    *prefix, d = y.shape
+    if d % group_size != 0:
+        raise ValueError(f"channels {d} are not a multiple of group_size {group_size}")
+    h = F.silu(z.to(y.dtype)).mul_(y) if z is not None else y.clone()
+    hg = h.view(*prefix, d // group_size, group_size)
+    mean_sq = torch.linalg.vector_norm(hg, dim=-1, keepdim=True).square_().div_(group_size)
+    hg.mul_(mean_sq.add_(eps).rsqrt_())
+    return h.mul_(weight) if h.dtype == weight.dtype else weight * h

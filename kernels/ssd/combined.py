@@ -103,22 +103,33 @@ def ssd_chunk_scan_torch(
         state = initial_states.to(cdt).view(b, g, k, p, n).permute(0, 1, 4, 2, 3).reshape(b, g, n, k * p)
     else:
         state = x.new_zeros(b, g, n, k * p)
-    entering = []
-    # unbind, not [:, ci]: under autograd each indexing op's backward would write a full-size zero gradient.
-    for decay_ci, states_ci in zip(chunk_decay.unbind(1), chunk_states.unbind(1)):
-        entering.append(state)
-        state = decay_ci * state + states_ci
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, dt, A, B, C, D, initial_states))
+    if grad:
+        entering = []
+        # unbind, not [:, ci]: under autograd each indexing op's backward would write a full-size zero gradient.
+        for decay_ci, states_ci in zip(chunk_decay.unbind(1), chunk_states.unbind(1)):
+            entering.append(state)
+            state = decay_ci * state + states_ci
+        S = torch.stack(entering, dim=1)  # (b, c, g, n, k·p)
+    else:  # write each entering state straight into S: no list of states and no stack copy
+        S = state.new_empty(b, c, g, n, k * p)
+        S[:, 0] = state
+        for ci in range(c - 1):
+            torch.addcmul(chunk_states[:, ci], chunk_decay[:, ci], S[:, ci], out=S[:, ci + 1])
+        state = torch.addcmul(chunk_states[:, -1], chunk_decay[:, -1], S[:, -1])
     final_states = state.view(b, g, n, k, p).permute(0, 1, 3, 4, 2).reshape(b, h, p, n)
 
     # 4. State -> output: y_q += exp(cs_q) C_q · state_entering.
     if initial_states is not None or c > 1:
-        S = torch.stack(entering, dim=1)  # (b, c, g, n, k·p)
         y_off = (Cc @ S).view(b, c, g, q, k, p).transpose(3, 4)  # (b, c, g, k, q, p)
-        y = y + y_off * torch.exp(dA_cs)[..., None]
+        decay_in = torch.exp(dA_cs)[..., None]
+        y = y + y_off * decay_in if grad else y.addcmul_(y_off, decay_in)
+    del S
 
     y = y.permute(0, 1, 4, 2, 3, 5).reshape(b, c * q, h, p)[:, :l]  # (b, l, h, p)
     if D is not None:
-        y = y + D.to(cdt)[:, None] * x
+        y = torch.addcmul(y, D.to(cdt)[:, None], x)
     if z is not None:
         y = y * F.silu(z.to(cdt))
     return y, final_states

@@ -120,3 +120,22 @@ def test_unknown_backend_is_rejected():
     t = random_inputs(l=4)
     with pytest.raises(ValueError, match="backend must be one of"):
         ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 4, backend="cuda")
+
+
+@pytest.mark.parametrize("with_init", [False, True], ids=["no-init", "init"])
+def test_autograd_path_equals_inference_path(with_init):
+    """The scan writes states in place when nothing needs a gradient; with gradients it keeps them apart.
+    Both give the token loop's answer, and the gradient path still back-propagates."""
+    t = random_inputs(l=50)
+    init = t["initial_states"] if with_init else None
+    kwargs = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=init)
+    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    x = t["x"].clone().requires_grad_()
+    y_grad, s_grad = ssd_chunk_scan(x, t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", **kwargs)
+    with torch.no_grad():
+        y_inf, s_inf = ssd_chunk_scan(x, t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", **kwargs)
+    for name, ref, got in (("y grad", y_ref, y_grad), ("y inference", y_ref, y_inf),
+                           ("state grad", s_ref, s_grad), ("state inference", s_ref, s_inf)):
+        assert_close(name, ref, got.detach(), 1e-10)
+    (y_grad.sum() + s_grad.sum()).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
