@@ -220,7 +220,11 @@ class QdrantSync:
         if recorded.get("dim") != self.embedder.dim or (size is not None and size != self.embedder.dim):
             problems.append(f"dimension {recorded.get('dim')} (collection) vs {self.embedder.dim} (model)")
         if recorded.get("model_fingerprint") != self.fingerprint:
-            problems.append(f"model {recorded.get('model')!r} (collection) vs {self.model_id!r} (this embedder)")
+            if recorded.get("model") == self.model_id:  # same name, other weights (e.g. a retrained model)
+                problems.append(f"model {self.model_id!r} has other weights than when the collection was built "
+                                f"(fingerprint {recorded.get('model_fingerprint')} vs {self.fingerprint})")
+            else:
+                problems.append(f"model {recorded.get('model')!r} (collection) vs {self.model_id!r} (this embedder)")
         if recorded.get("distance") != expected["distance"]:
             problems.append(f"distance {recorded.get('distance')} vs {expected['distance']}")
         for key in ("passage_tokens", "passage_overlap", "max_length"):

@@ -143,6 +143,9 @@ def test_other_model_or_dimension_is_refused_before_writing(client, embedder, tm
         save_transformers_checkpoint(transformers_model("g1", seed=7), tmp_path / "other"), device="cpu")
     with pytest.raises(CollectionMismatchError, match="model .* vs .*Nothing was written"):
         QdrantSync(client, "docs", other_weights).sync([Document("z.txt", "x")])
+    other_weights.name = QdrantSync(client, "docs", embedder).model_id  # same name, other weights: a retrained model
+    with pytest.raises(CollectionMismatchError, match="has other weights than when the collection was built"):
+        QdrantSync(client, "docs", other_weights).sync([Document("z.txt", "x")])
     other_dim = Embedder.from_pretrained(save_transformers_checkpoint(transformers_model("g3"), tmp_path / "g3"),
                                          device="cpu")
     with pytest.raises(CollectionMismatchError, match="dimension 32 \\(collection\\) vs 48"):
