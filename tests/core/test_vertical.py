@@ -86,3 +86,21 @@ def test_memory_stays_flat_in_T(model):
     finally:
         for h in handles:
             h.remove()
+
+
+@pytest.mark.parametrize("caller_flushes", [False, True])
+def test_denormals_are_flushed_while_encoding_and_the_callers_mode_restored(model, batch, caller_flushes):
+    from recemb.core.vertical import flushing_denormals
+
+    ids, lengths = batch
+    torch.set_flush_denormal(caller_flushes)
+    try:
+        seen = []
+        got = encode_vertical(model, ids, lengths, 16, backend="torch", on_tokens=lambda n: seen.append(
+            flushing_denormals()))
+        assert seen and all(seen)  # flushing inside the chunk loop
+        assert flushing_denormals() == caller_flushes  # and the caller's mode afterwards
+        torch.set_flush_denormal(True)
+        assert_close("same result", encode_vertical(model, ids, lengths, 16, backend="torch"), got, 0.0)
+    finally:
+        torch.set_flush_denormal(False)
