@@ -25,6 +25,7 @@ from recemb.kernels._triton_utils import (
     next_power_of_2,
     same_device,
 )
+from recemb.kernels.gated_norm import _check_group_size
 
 # Largest group held in one block (fp32 registers spread over the warps); mamba2 groups are <= 8192 channels.
 _MAX_BLOCK_SIZE_N = 65536
@@ -94,8 +95,7 @@ def _gated_rms_norm_fwd(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     *prefix, dim = y.shape
-    if dim % group_size != 0:
-        raise ValueError(f"channels {dim} are not a multiple of group_size {group_size}")
+    _check_group_size(dim, group_size)
     assert weight.shape == (dim,), f"weight must be ({dim},), got {tuple(weight.shape)}"
     if z is not None:
         assert z.shape == y.shape, f"z must have y's shape {tuple(y.shape)}, got {tuple(z.shape)}"

@@ -56,21 +56,20 @@ def test_gated_norm_rejects_bad_group_size():
         gated_rms_norm_ref(torch.randn(2, 10), None, torch.ones(10), group_size=4)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("with_gate", [True, False])
-def test_gated_norm_inference_path_equals_reference(dtype, with_gate):
-    """The in-place path the torch backend takes without autograd agrees with the reference."""
+def test_gated_norm_inference_path_equals_reference(with_gate):
+    """The in-place path the torch backend takes without autograd (fp32) agrees with the reference."""
     from recemb.kernels.gated_norm import gated_rms_norm, gated_rms_norm_inference
 
     torch.manual_seed(0)
-    y = torch.randn(2, 7, 24, dtype=dtype) * 3
-    z = torch.randn(2, 7, 24, dtype=dtype) if with_gate else None
+    y = torch.randn(2, 7, 24) * 3
+    z = torch.randn(2, 7, 24) if with_gate else None
     w = torch.rand(24) + 0.5
     expected = gated_rms_norm_ref(y, z, w, group_size=8)
     y_before = y.clone()
     got = gated_rms_norm_inference(y, z, w, group_size=8)
-    assert got.dtype == expected.dtype
-    torch.testing.assert_close(got, expected, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=1e-6)
+    assert got.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
     assert torch.equal(y, y_before)  # the input is not modified
     with torch.no_grad():
         torch.testing.assert_close(gated_rms_norm(y, z, w, 8, backend="torch"), expected, rtol=1e-6, atol=1e-6)
