@@ -98,3 +98,48 @@ def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
     unweighted = (got * pooled(np.ones(vocab))).sum(1)
     assert weighted.min() > 0.999, weighted
     assert (weighted > unweighted + 0.02)[1:].all(), (weighted, unweighted)  # one token: the weight is moot
+
+
+def test_learn_static_vectors_fits_sums_of_hidden_token_vectors():
+    """Targets made by summing hidden per-token vectors: the fit must recover them well enough that held-out texts
+    (never trained on) point where their targets do, and silent tokens must stay zero."""
+    rng = np.random.default_rng(0)
+    vocab, dim, silent = 60, 8, [0, 1]
+    hidden = rng.normal(size=(vocab, dim)) * rng.uniform(0.2, 2.0, size=(vocab, 1))
+    texts = [rng.integers(2, vocab, size=rng.integers(3, 12)).tolist() for _ in range(3000)]
+    targets = np.stack([hidden[t].sum(0) for t in texts])
+    targets /= np.linalg.norm(targets, axis=1, keepdims=True)
+    start = rng.normal(size=(vocab, dim)) * 0.1
+    fitted, history = mini_model.learn_static_vectors(texts, targets, start, silent, epochs=6, learning_rate=0.05,
+                                                      batch_size=64, holdout=0.1, seed=0)
+    assert fitted.shape == (vocab, dim) and np.all(fitted[silent] == 0)
+    assert history[0] > 0.5 and min(history) < 0.05 * history[0]
+    fresh = [rng.integers(2, vocab, size=6).tolist() for _ in range(200)]  # texts the fit has never seen
+    got = np.stack([fitted[t].sum(0) for t in fresh])
+    want = np.stack([hidden[t].sum(0) for t in fresh])
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cos.mean() > 0.97
+
+
+def test_learn_static_vectors_rejects_mismatched_targets():
+    with pytest.raises(ValueError, match="do not match"):
+        mini_model.learn_static_vectors([[2, 3]], np.zeros((2, 4)), np.zeros((5, 4)), [0])
+
+
+def test_teacher_targets_are_cached_per_texts_and_teacher(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(rows, teacher_dir, dim):
+        calls.append(len(rows))
+        return np.full((len(rows), 2, dim), float(len(calls))), np.eye(dim), None
+
+    monkeypatch.setattr(mini_model, "teacher_targets", fake)
+    rows = [{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": "d"}]
+    t1, _, _, cached1 = mini_model.cached_teacher_targets(rows, tmp_path / "teacher", 4, tmp_path)
+    t2, _, _, cached2 = mini_model.cached_teacher_targets(rows, tmp_path / "teacher", 4, tmp_path)
+    assert (cached1, cached2) == (False, True) and np.array_equal(t1, t2) and calls == [2]
+    changed = [{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": "e"}]
+    t3, _, _, cached3 = mini_model.cached_teacher_targets(changed, tmp_path / "teacher", 4, tmp_path)
+    assert not cached3 and calls == [2, 2] and t3[0, 0, 0] == 2.0
+    _, _, _, cached4 = mini_model.cached_teacher_targets(changed, tmp_path / "other-teacher", 4, tmp_path)
+    assert not cached4 and calls == [2, 2, 2]
