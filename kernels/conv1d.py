@@ -60,7 +60,8 @@ def causal_conv1d_ref(
     if bias is not None:
         y += bias.to(cdt)
     if activation == "silu":
-        y = F.silu(y)
+        # in place when nothing needs y's pre-activation for backward: no second chunk-sized buffer
+        y = F.silu(y, inplace=not y.requires_grad)
     elif activation is not None:
         raise ValueError(f"unsupported activation {activation!r}")
     # The new state is the last k inputs of cat(conv_state, x).

@@ -74,8 +74,15 @@ def ssd_chunk_scan_torch(
     else:
         xp, dtp, Bp, Cp = x, dt, B, C
 
-    X = xp * dtp[..., None]  # (b, c·q, h, p): x·dt, the input of the discretised recurrence
-    Xc = X.view(b, c, q, g, k, p).permute(0, 1, 3, 4, 2, 5)  # (b, c, g, k, s, p)
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, dt, A, B, C, D, initial_states))
+    # X = x·dt, the input of the discretised recurrence, in the (b, c, g, k, s, p) layout the matmuls below read.
+    x_view = xp.view(b, c, q, g, k, p).permute(0, 1, 3, 4, 2, 5)
+    dt_view = dtp.view(b, c, q, g, k, 1).permute(0, 1, 3, 4, 2, 5)
+    if grad:
+        Xc = x_view * dt_view
+    else:  # written straight into that layout: the matmuls would otherwise copy the strided product
+        Xc = torch.mul(x_view, dt_view, out=x.new_empty(b, c, g, k, q, p))
     Bc = Bp.view(b, c, q, g, n).transpose(2, 3)  # (b, c, g, s, n)
     Cc = Cp.view(b, c, q, g, n).transpose(2, 3)  # (b, c, g, q, n)
     dA_cs = torch.cumsum(dtp.view(b, c, q, g, k) * A.view(g, k), dim=2).permute(0, 1, 3, 4, 2)  # (b, c, g, k, q)
@@ -93,7 +100,11 @@ def ssd_chunk_scan_torch(
     # 2. Each chunk's own contribution to the state at its end, from a zero state, in (n, k·p) layout so that
     #    one matmul per group covers all its heads: states[n, (k p)] = sum_s B[s, n] exp(cs_end - cs_s) X[s, k, p].
     w = torch.exp(dA_cs[..., -1:] - dA_cs)  # (b, c, g, k, s)
-    Xw = (Xc * w[..., None]).permute(0, 1, 2, 4, 3, 5).reshape(b, c, g, q, k * p)  # (b, c, g, s, k·p)
+    if grad:
+        Xw = (Xc * w[..., None]).permute(0, 1, 2, 4, 3, 5).reshape(b, c, g, q, k * p)  # (b, c, g, s, k·p)
+    else:  # one pass into the (s, k·p) layout instead of a product and then a copy
+        Xw = torch.mul(Xc.permute(0, 1, 2, 4, 3, 5), w.permute(0, 1, 2, 4, 3)[..., None],
+                       out=x.new_empty(b, c, g, q, k, p)).view(b, c, g, q, k * p)
     chunk_states = Bc.transpose(-1, -2) @ Xw  # (b, c, g, n, k·p)
 
     # 3. Inter-chunk recurrence: the state entering each chunk (the same carry as between vertical chunks).
@@ -103,8 +114,6 @@ def ssd_chunk_scan_torch(
         state = initial_states.to(cdt).view(b, g, k, p, n).permute(0, 1, 4, 2, 3).reshape(b, g, n, k * p)
     else:
         state = x.new_zeros(b, g, n, k * p)
-    grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, dt, A, B, C, D, initial_states))
     if grad:
         entering = []
         # unbind, not [:, ci]: under autograd each indexing op's backward would write a full-size zero gradient.
