@@ -281,25 +281,15 @@ def static_token_vectors(teacher_dir: Path, batch_size: int = 2048) -> np.ndarra
 def token_weights(rows: list[dict], tokenizer, smoothing: float = SIF_SMOOTHING) -> np.ndarray:
     """(vocab,) SIF weights a / (a + p(token)), p counted over the training texts as the student sees them
     (instruction prefixes included, so the instruction's words start out nearly silent)."""
-    from recemb.core.prompts import QUERY_TEMPLATE
+    from recemb_integrations.training import instructed_anchor
 
     counts = np.ones(len(tokenizer))
-    texts = [r["positive"] for r in rows] + [
-        (QUERY_TEMPLATE.format(instruction=r["instruction"]) if r["instruction"] else "") + r["anchor"] for r in rows]
+    texts = [r["positive"] for r in rows] + [instructed_anchor(r) for r in rows]
     for start in range(0, len(texts), 1024):
         for ids in tokenizer(texts[start:start + 1024], add_special_tokens=False)["input_ids"]:
             np.add.at(counts, ids, 1)
     p = counts / counts.sum()
     return smoothing / (smoothing + p)
-
-
-def student_view(row: dict, side: int) -> str:
-    """The text the student reads for a row: side 0 = the anchor with its instruction prefix, 1 = the positive."""
-    from recemb.core.prompts import query_prompt
-
-    if side == 1:
-        return row["positive"]
-    return (query_prompt(row["instruction"]) if row["instruction"] else "") + row["anchor"]
 
 
 def learn_static_vectors(token_ids: list[list[int]], targets: np.ndarray, init: np.ndarray, silent_ids: list[int],
@@ -419,6 +409,7 @@ def init_student(folder: Path, teacher_dir: Path, rows: list[dict], targets: np.
     Returns the folder and the fit's held-out loss per epoch."""
     import transformers
     from recemb.core.loading import load_encoder, save_encoder
+    from recemb_integrations.training import instructed_anchor
 
     tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
     config = student_config(len(tok), tok.pad_token_id, tok.cls_token_id, tok.sep_token_id)
@@ -434,7 +425,7 @@ def init_student(folder: Path, teacher_dir: Path, rows: list[dict], targets: np.
     vectors = static @ projection[:, :n_sig]
     weights = token_weights(count_rows if count_rows is not None else rows, tok) * norms
     start = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6) * weights[:, None]
-    texts = [student_view(r, 0) for r in rows] + [student_view(r, 1) for r in rows]
+    texts = [instructed_anchor(r) for r in rows] + [r["positive"] for r in rows]  # as the student reads them
     ids = tok(texts, add_special_tokens=False, truncation=True, max_length=256)["input_ids"]
     fitted, history = learn_static_vectors(ids, np.concatenate([targets[:, 0, :n_sig], targets[:, 1, :n_sig]]),
                                            start, silent, seed=seed)

@@ -145,6 +145,13 @@ def load_pairs(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def instructed_anchor(row: dict[str, Any], query_instruction: str | None = None) -> str:
+    """The anchor as the model is trained on it: the row's ``instruction`` (else ``query_instruction``) as the query
+    prefix; an instruction of "" opts the row out (symmetric pairs)."""
+    instruction = row.get("instruction", query_instruction)
+    return ("" if instruction == "" else query_prompt(instruction)) + row["anchor"]
+
+
 def build_dataset(rows: list[dict[str, Any]], query_instruction: str | None = None):
     """A ``datasets.Dataset`` with columns anchor (instruction applied), positive, negative_1.., [label].
 
@@ -161,9 +168,7 @@ def build_dataset(rows: list[dict[str, Any]], query_instruction: str | None = No
     if with_labels:
         columns["label"] = []
     for r in rows:
-        instruction = r.get("instruction", query_instruction)
-        prefix = "" if instruction == "" else query_prompt(instruction)  # "" opts a row out (symmetric pairs)
-        columns["anchor"].append(prefix + r["anchor"])
+        columns["anchor"].append(instructed_anchor(r, query_instruction))
         columns["positive"].append(r["positive"])
         for j, neg in enumerate(_negatives(r)):
             columns[f"negative_{j + 1}"].append(neg)
