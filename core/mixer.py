@@ -18,6 +18,7 @@ from recemb.core.context_extension import DeltaControl, apply_delta_control
 from recemb.core.state import LayerState
 from recemb.kernels import causal_conv1d, gated_rms_norm, resolve_backend, ssd_chunk_scan
 from recemb.kernels.ssd.naive import prepare_dt
+from recemb.kernels.workspace import Workspace
 
 # SSD chunk length for the torch backend. The checkpoint's chunk_size (256) suits GPU kernels; on the CPU the
 # intra-chunk work per token grows with q while the inter-chunk work does not, and q = 64 measured 3.4x faster
@@ -33,9 +34,17 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
         self.eps = eps
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, workspace: Workspace | None = None) -> torch.Tensor:
+        """h (..., d); with a ``workspace`` (inference, fp32) the result is its buffer "rms_norm"."""
         in_dtype = h.dtype
         hf = h.float()
+        if workspace is not None and hf is h and self.weight.dtype == in_dtype and not torch.is_grad_enabled():
+            # The same arithmetic as below, into reused memory: the square and the product are chunk-sized.
+            mean_sq = torch.pow(hf, 2, out=workspace.empty("rms_norm", h.shape, h.dtype, h.device)).mean(
+                -1, keepdim=True)
+            out = torch.mul(hf, mean_sq.add_(self.eps).rsqrt_(), out=workspace.empty("rms_norm", h.shape, h.dtype,
+                                                                                        h.device))
+            return out.mul_(self.weight)
         hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * hf.to(in_dtype)
 
@@ -49,8 +58,8 @@ class GatedRMSNorm(nn.Module):
         self.group_size = group_size
         self.eps = eps
 
-    def forward(self, y: torch.Tensor, z: torch.Tensor, backend: str = "auto") -> torch.Tensor:
-        return gated_rms_norm(y, z, self.weight, self.group_size, self.eps, backend=backend)
+    def forward(self, y: torch.Tensor, z: torch.Tensor, backend: str = "auto", inplace: bool = False) -> torch.Tensor:
+        return gated_rms_norm(y, z, self.weight, self.group_size, self.eps, backend=backend, inplace=inplace)
 
 
 class Mamba2Mixer(nn.Module):
@@ -87,20 +96,25 @@ class Mamba2Mixer(nn.Module):
 
     def forward(
         self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
-        delta: DeltaControl | None = None,
+        delta: DeltaControl | None = None, workspace: Workspace | None = None,
     ) -> tuple[torch.Tensor, LayerState]:
         """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence);
-        delta: the context-extension Δ hook for this layer (None: the plain mixer).
+        delta: the context-extension Δ hook for this layer (None: the plain mixer);
+        workspace: scratch buffers reused across calls (inference on the torch backend; see
+        ``recemb.kernels.workspace``); out is then a workspace buffer, valid until the next call.
 
         Return: out (b, l, d) in u.dtype, and the state after the last token of u.
         """
         b, l, _ = u.shape
         h, p, g, n = self.nheads, self.headdim, self.ngroups, self.d_state
-        zxbcdt = self.in_proj(u)  # (b, l, I + conv_dim + h)
+        if workspace is not None and (torch.is_grad_enabled() or resolve_backend(backend, u.device) != "torch"):
+            workspace = None  # only the torch inference path writes into scratch buffers
+        zxbcdt = _linear(self.in_proj, u, workspace, "in_proj")  # (b, l, I + conv_dim + h)
         z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, h], dim=-1)
         xBC, conv_state = causal_conv1d(
             xBC, self.conv1d.weight[:, 0, :], self.conv1d.bias,
             conv_state=None if state is None else state.conv_state, activation="silu", backend=backend,
+            workspace=workspace,
         )  # (b, l, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, g * n, g * n], dim=-1)
         A = -torch.exp(self.A_log.float())  # (h,)
@@ -113,10 +127,24 @@ class Mamba2Mixer(nn.Module):
             self.chunk_size_for(u.device, backend), D=self.D, dt_bias=dt_bias, dt_softplus=dt_softplus,
             dt_limit=dt_limit,
             initial_states=None if state is None else state.ssm_state,
-            return_final_states=True, backend=backend, out_dtype=torch.float32,
+            return_final_states=True, backend=backend, out_dtype=torch.float32, workspace=workspace,
         )  # y (b, l, h, p) fp32, ssm_state (b, h, p, n) fp32
-        y = self.norm(y.reshape(b, l, self.d_inner), z, backend=backend)  # (b, l, I)
-        return self.out_proj(y.to(u.dtype)), LayerState(conv_state, ssm_state)
+        # With a workspace y and z are scratch (z's columns of in_proj's output are read here for the last time).
+        y = self.norm(y.reshape(b, l, self.d_inner), z, backend=backend, inplace=workspace is not None)  # (b, l, I)
+        return _linear(self.out_proj, y.to(u.dtype), workspace, "out_proj"), LayerState(conv_state, ssm_state)
+
+
+def _linear(layer: nn.Linear, x: torch.Tensor, workspace: Workspace | None, name: str) -> torch.Tensor:
+    """``layer(x)``, written into the workspace buffer ``name`` when there is one (the same matmul as F.linear)."""
+    if workspace is None:
+        return layer(x)
+    out = workspace.empty(name, (*x.shape[:-1], layer.out_features), x.dtype, x.device)
+    x2, out2 = x.reshape(-1, layer.in_features), out.view(-1, layer.out_features)
+    if layer.bias is None:
+        torch.mm(x2, layer.weight.t(), out=out2)
+    else:
+        torch.addmm(layer.bias, x2, layer.weight.t(), out=out2)
+    return out
 
 
 class Mamba2Block(nn.Module):
@@ -130,8 +158,14 @@ class Mamba2Block(nn.Module):
 
     def forward(
         self, h: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
-        delta: DeltaControl | None = None,
+        delta: DeltaControl | None = None, workspace: Workspace | None = None,
     ) -> tuple[torch.Tensor, LayerState]:
+        """h (b, l, d), the residual stream. With a ``workspace`` (inference) h is the caller's scratch too: the
+        residual sum is written into it when its dtype allows."""
         residual = h.float() if self.residual_in_fp32 else h
-        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype)), state, backend=backend, delta=delta)
+        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype), workspace), state, backend=backend,
+                                delta=delta, workspace=workspace)
+        if workspace is not None and not torch.is_grad_enabled() and residual.dtype == torch.promote_types(
+                residual.dtype, out.dtype):
+            return residual.add_(out), state
         return residual + out, state

@@ -13,6 +13,7 @@ from recemb.core.config import Mamba2Config
 from recemb.core.context_extension import ContextExtension, DeltaControl
 from recemb.core.mixer import Mamba2Block, RMSNorm
 from recemb.core.state import LayerState, ModelState
+from recemb.kernels.workspace import Workspace
 
 
 class Mamba2Encoder(nn.Module):
@@ -45,19 +46,21 @@ class Mamba2Encoder(nn.Module):
 
     def forward_chunk(
         self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto",
-        deltas: list[DeltaControl | None] | None = None,
+        deltas: list[DeltaControl | None] | None = None, workspace: Workspace | None = None,
     ) -> tuple[torch.Tensor, ModelState]:
         """Run one chunk of tokens through every layer.
 
         input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start);
-        deltas: per-layer context-extension hooks (``delta_controls``), None for the plain model.
+        deltas: per-layer context-extension hooks (``delta_controls``), None for the plain model;
+        workspace: scratch buffers shared by the layers and reused by later chunks (inference on the CPU; see
+        ``recemb.kernels.workspace``). The returned stream and states never live in it.
         Return: the residual stream after the last layer (b, l, d), before the final norm, and the new states.
         """
-        h = self.embeddings(input_ids)  # (b, l, d)
+        h = self.embeddings(input_ids)  # (b, l, d), a fresh tensor the layers may update in place
         new_states: ModelState = []
         for i, layer in enumerate(self.layers):
             h, s = layer(h, None if states is None else states[i], backend=backend,
-                         delta=None if deltas is None else deltas[i])
+                         delta=None if deltas is None else deltas[i], workspace=workspace)
             new_states.append(s)
         return h, new_states
 

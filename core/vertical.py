@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from recemb.core.model import Mamba2Encoder
+from recemb.kernels.workspace import Workspace
 
 
 def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,6 +105,9 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens) -> torch.Ten
     pooled: torch.Tensor | None = None
     states = None
     active = b
+    # Every chunk runs the same layer shapes: allocate their scratch once (on the CPU, fresh buffers are faulted
+    # in page by page; see recemb.kernels.workspace). CUDA's caching allocator already reuses memory.
+    workspace = Workspace() if ids.device.type == "cpu" else None
     for start in range(0, int(lens[0]), V):
         still_running = int((lens > start).sum())
         if still_running < active:  # finished sequences leave the batch
@@ -113,7 +117,7 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens) -> torch.Ten
             active = still_running
         end = min(start + V, int(lens[0]))
         h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend,
-                                        deltas=deltas)  # (a, end-start, d)
+                                        deltas=deltas, workspace=workspace)  # (a, end-start, d)
         rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
         if rows.numel():
             pos = (last[rows] - start).to(h.device)

@@ -83,3 +83,29 @@ def test_embedder_matches_normalised_transformers_pooling(tmp_path):
             expected.append(ref(torch.tensor([ids])).last_hidden_state[0, -1])
         expected = torch.nn.functional.normalize(torch.stack(expected), dim=-1)
     assert_close("embeddings", expected, got, 1e-4)
+
+
+@pytest.mark.parametrize("name", list(TINY_CONFIGS))
+def test_workspace_changes_nothing_chunk_after_chunk(name):
+    """forward_chunk with a workspace (what encode_vertical passes on the CPU) equals it without, to the bit, and
+    the states it returns live outside the workspace: the next chunk leaves them as they were."""
+    from recemb.kernels.workspace import Workspace
+
+    ours = ours_from(transformers_model(name))
+    ids = torch.randint(3, 320, (3, 40))
+    ws = Workspace()
+    plain_states = ws_states = None
+    with torch.inference_mode():
+        for start in range(0, 40, 13):
+            chunk = ids[:, start : start + 13]
+            h_plain, plain_states = ours.forward_chunk(chunk, plain_states, backend="torch")
+            h_ws, new_ws_states = ours.forward_chunk(chunk, ws_states, backend="torch", workspace=ws)
+            assert torch.equal(h_plain, h_ws)
+            for a, b in zip(plain_states, new_ws_states):
+                assert torch.equal(a.conv_state, b.conv_state) and torch.equal(a.ssm_state, b.ssm_state)
+            if ws_states is not None:  # the previous chunk's states, after this chunk reused the workspace
+                for kept, copy in zip(ws_states, kept_copies):
+                    assert torch.equal(kept.conv_state, copy[0]) and torch.equal(kept.ssm_state, copy[1])
+            ws_states = new_ws_states
+            kept_copies = [(s.conv_state.clone(), s.ssm_state.clone()) for s in ws_states]
+    assert ws.nbytes > 0

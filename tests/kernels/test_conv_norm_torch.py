@@ -76,3 +76,41 @@ def test_gated_norm_inference_path_equals_reference(with_gate):
     wg = w.clone().requires_grad_()
     gated_rms_norm(y, z, wg, 8, backend="torch").sum().backward()  # autograd takes the reference path
     assert wg.grad is not None
+
+
+def test_conv_workspace_output_equals_fresh_and_the_state_is_its_own_copy():
+    from recemb.kernels.workspace import Workspace
+
+    torch.manual_seed(0)
+    ws = Workspace()
+    w, bias = torch.randn(6, 4), torch.randn(6)
+    state = torch.randn(2, 6, 4)
+    for l in (9, 9, 3):  # repeated shapes reuse the buffer; a short chunk reads the carried history
+        x = torch.randn(2, l, 6)
+        y_fresh, s_fresh = causal_conv1d_ref(x, w, bias, state)
+        y_ws, s_ws = causal_conv1d_ref(x, w, bias, state, workspace=ws)
+        assert torch.equal(y_fresh, y_ws) and torch.equal(s_fresh, s_ws)
+        before = s_ws.clone()
+        x.add_(1.0)  # the caller's input (a workspace buffer in the mixer) is reused: the state must not follow
+        causal_conv1d_ref(torch.randn(2, l, 6), w, bias, state, workspace=ws)
+        assert torch.equal(s_ws, before)
+        state = s_ws
+
+
+@pytest.mark.parametrize("with_gate", [True, False])
+def test_gated_norm_in_place_equals_the_copying_path(with_gate):
+    from recemb.kernels.gated_norm import gated_rms_norm_inference
+
+    torch.manual_seed(1)
+    y = torch.randn(2, 7, 24) * 3
+    z = torch.randn(2, 7, 24) if with_gate else None
+    w = torch.rand(24) + 0.5
+    expected = gated_rms_norm_inference(y, z, w, group_size=8)
+    y_scratch = y.clone()
+    got = gated_rms_norm_inference(y_scratch, None if z is None else z.clone(), w, group_size=8, inplace=True)
+    assert torch.equal(got, expected)
+    assert got.data_ptr() == y_scratch.data_ptr()  # written into y: no new buffer
+    strided = y.transpose(0, 1)  # not contiguous: falls back to a new buffer and leaves y alone
+    got_strided = gated_rms_norm_inference(strided, None if z is None else z.transpose(0, 1).clone(), w, 8,
+                                           inplace=True)
+    assert torch.equal(got_strided, expected.transpose(0, 1)) and torch.equal(strided, y.transpose(0, 1))

@@ -1,10 +1,12 @@
 """The torch SSD backend against the token-by-token loop (fp64), and the references against each other."""
 
+import math
+
 import pytest
 import torch
 
 from recemb.kernels import prepare_dt, ssd_chunk_scan, ssd_naive_chunked, ssd_naive_recurrent
-from tests.utils import assert_close
+from tests.utils import assert_close, rel_err
 
 
 def random_inputs(b=2, l=37, h=4, p=8, g=2, n=16, dtype=torch.float64, seed=0):
@@ -139,3 +141,69 @@ def test_autograd_path_equals_inference_path(with_init):
         assert_close(name, ref, got.detach(), 1e-10)
     (y_grad.sum() + s_grad.sum()).backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_workspace_calls_equal_fresh_calls_and_keep_their_states():
+    """One workspace over calls of changing shapes (as vertical chunks and finished rows make them): every y equals
+    a call without workspace to the bit, and earlier final states are never overwritten by later calls."""
+    from recemb.kernels.workspace import Workspace
+
+    ws = Workspace()
+    kept = []
+    for i, (shape, q) in enumerate([(dict(b=2, l=50), 8), (dict(b=2, l=50), 8), (dict(b=2, l=37), 8),
+                                    (dict(b=1, l=129, g=1), 32), (dict(b=3, l=64, h=6, g=3), 16),
+                                    (dict(b=3, l=64, h=6, g=3), 16), (dict(b=2, l=50), 8)]):
+        t = {k: v.float() for k, v in random_inputs(seed=i, **shape).items()}
+        kwargs = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True,
+                      initial_states=t["initial_states"] if i % 2 else None)
+        with torch.no_grad():
+            y_fresh, s_fresh = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], q, backend="torch", **kwargs)
+            y_ws, s_ws = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], q, backend="torch",
+                                        workspace=ws, **kwargs)
+        assert torch.equal(y_fresh, y_ws) and torch.equal(s_fresh, s_ws)
+        kept.append((s_ws, s_fresh.clone()))
+    for s_ws, s_expected in kept:
+        assert torch.equal(s_ws, s_expected)
+
+
+def test_decays_below_the_cutoff_are_exact_zeros():
+    from recemb.kernels.ssd.combined import _EXP_FLOOR, _decay_exp_
+
+    for dtype, (floor, cutoff) in _EXP_FLOOR.items():
+        t = torch.cat([torch.linspace(-1000.0, 0.0, 5001, dtype=dtype), torch.tensor([float("-inf")], dtype=dtype)])
+        got = _decay_exp_(t.clone())
+        exact = torch.exp(t)
+        kept = exact > cutoff
+        assert torch.equal(got[kept], exact[kept])  # above the cutoff: exp itself
+        assert (got[~kept] == 0).all()  # at or below: exactly zero, never a tiny normal or a denormal
+        assert math.exp(floor) <= cutoff  # the clamp floor itself lands on zero
+    big = torch.tensor([0.0, 50.0, 1e4], dtype=torch.float32)
+    assert torch.isfinite(_decay_exp_(big, upper=80.0)).all()
+
+
+def test_fast_forgetting_heads_lose_nothing_to_the_cutoff():
+    """Large |A|·dt: most intra-chunk decays and every chunk-to-chunk decay fall below the cutoff. The fp32
+    inference path (which cuts them) equals the uncut autograd path up to rounding and is exactly as close to the
+    fp64 token loop (that distance is fp32's cumsum of exponents near -1000, the same on both paths); in fp64 the
+    inference path matches the loop at full precision."""
+    t = random_inputs(b=2, l=96, h=4, p=8, g=2, n=16, seed=3)
+    t["A"] = -torch.tensor([1.0, 30.0, 120.0, 400.0], dtype=torch.float64)
+    t["dt"] = t["dt"].abs() + 1.0  # softplus(dt + bias) around 1-3: down to e^-1200 per token
+    kwargs = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"])
+    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    with torch.no_grad():
+        y64, s64 = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, backend="torch", **kwargs)
+    assert_close("fp64 y", y_ref, y64, 1e-10)
+    assert_close("fp64 final_states", s_ref, s64, 1e-10)
+
+    t32 = {k: v.float() for k, v in t.items()}
+    kw32 = {k: (v.float() if torch.is_tensor(v) else v) for k, v in kwargs.items()}
+    with torch.no_grad():
+        y_cut, s_cut = ssd_chunk_scan(t32["x"], t32["dt"], t32["A"], t32["B"], t32["C"], 16, backend="torch", **kw32)
+    x = t32["x"].clone().requires_grad_()
+    y_uncut, s_uncut = ssd_chunk_scan(x, t32["dt"], t32["A"], t32["B"], t32["C"], 16, backend="torch", **kw32)
+    y_uncut, s_uncut = y_uncut.detach(), s_uncut.detach()
+    assert_close("y against the uncut path", y_uncut, y_cut, 1e-6)
+    assert_close("states against the uncut path", s_uncut, s_cut, 1e-6)
+    assert rel_err(y_ref, y_cut) <= rel_err(y_ref, y_uncut) * 1.01 + 1e-7
+    assert rel_err(s_ref, s_cut) <= rel_err(s_ref, s_uncut) * 1.01 + 1e-7
