@@ -1,7 +1,8 @@
 """Vertical chunking: each chunk of V tokens goes through all layers before the next, states carried.
 
 Memory is one chunk's activations (O(b·V·d)) plus the per-layer states, whatever the input length T;
-``V >= T`` is ordinary horizontal inference. Sequences are right-padded and pooled at their own last token
+``V >= T`` is ordinary horizontal inference. On the CPU those activations live in one ``Workspace`` per call,
+allocated by the first layer of the first chunk and reused by every later one. Sequences are right-padded and pooled at their own last token
 (the appended EOS): the model is causal, so padding after it cannot change it.
 """
 

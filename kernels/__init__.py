@@ -11,9 +11,11 @@ from recemb.kernels.ssd import (
     ssd_naive_chunked,
     ssd_naive_recurrent,
 )
+from recemb.kernels.workspace import Workspace
 
 __all__ = [
     "BACKENDS",
+    "Workspace",
     "causal_conv1d",
     "causal_conv1d_ref",
     "gated_rms_norm",

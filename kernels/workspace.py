@@ -2,9 +2,9 @@
 
 Why: the CPU inference path writes several chunk-sized intermediates per layer (in_proj's output, the conv's
 output, the intra-chunk decay matrix, the chunk states, ...). Freshly allocated, a large one often comes from a new
-``mmap`` whose pages the kernel faults in and zeroes on first write. Reusing them measured 8% of a 130M-class
-encode at V = 4096 (none at V = 1024) and 18% of the bundled narrow model's on the 2-core machines this project
-runs on (``docs/benchmarks.md``). A workspace allocates each named buffer once and hands out views of it after.
+``mmap`` whose pages the kernel faults in and zeroes on first write. Reusing them saved 1-10% of an encode on the
+2-core machines this project runs on, depending on the allocator's state (``docs/benchmarks.md``), and keeps the
+peak memory steady. A workspace allocates each named buffer once and hands out views of it.
 
 Contract: a buffer handed out under a name is valid until the next ``empty`` with the same name. Callers use a
 name for one purpose per call and copy out whatever must outlive the call (states, outputs kept by the caller).
