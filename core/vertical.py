@@ -2,8 +2,8 @@
 
 Memory is one chunk's activations (O(b·V·d)) plus the per-layer states, whatever the input length T;
 ``V >= T`` is ordinary horizontal inference. On the CPU those activations live in one ``Workspace`` per call,
-allocated by the first layer of the first chunk and reused by every later one. Sequences are right-padded and pooled at their own last token
-(the appended EOS): the model is causal, so padding after it cannot change it.
+allocated by the first layer of the first chunk and reused by every later one. Sequences are right-padded and
+pooled at their own last token (the appended EOS): the model is causal, so padding after it cannot change it.
 """
 
 from __future__ import annotations

@@ -56,8 +56,9 @@ def ssd_chunk_scan_torch(
     """Chunked SSD with ``dt`` already effective (bias, softplus and limit applied).
 
     Computes in fp32, or fp64 when x is fp64 (so tests can compare against the fp64 loop at full precision).
-    Without autograd it takes ``_ssd_chunk_scan_inference`` (same arithmetic, fewer buffers and copies); with a
-    ``workspace`` y is then a view of a workspace buffer, valid until the next call with that workspace.
+    Without autograd it takes ``_ssd_chunk_scan_inference`` (the same arithmetic with fewer buffers and copies, and
+    decays below a cutoff set to exact zeros, see _EXP_FLOOR); with a ``workspace`` y is then a view of a workspace
+    buffer, valid until the next call with that workspace.
     Return: y (b, l, h, p), final_states (b, h, p, n), both in the compute dtype.
     """
     b, l, h, p = x.shape
@@ -142,7 +143,8 @@ _EXP_FLOOR = {torch.float32: (-69.4, 2.0**-100), torch.float64: (-708.0, 3.4e-30
 
 
 def _decay_exp_(t: torch.Tensor, upper: float | None = None) -> torch.Tensor:
-    """exp of decay exponents in place, with 0 where exp(t) is at or below the cutoff (see _EXP_FLOOR).
+    """exp of decay exponents in place, with 0 where exp(t) is at or below the cutoff (see _EXP_FLOOR; a dtype
+    without an entry gets plain exp, which is how benchmarks/cpu_ablation.py switches the cutoff off).
     ``upper`` clamps large arguments too (entries whose exp is then multiplied by 0: they must stay finite)."""
     floor = _EXP_FLOOR.get(t.dtype)
     if floor is None:
@@ -154,7 +156,8 @@ def _decay_exp_(t: torch.Tensor, upper: float | None = None) -> torch.Tensor:
 def _ssd_chunk_scan_inference(xp, dtp, A, Bp, Cp, q, l, D, z, initial_states, workspace):
     """The four steps of ``ssd_chunk_scan_torch`` without autograd, on inputs padded to c·q tokens (``l`` real).
 
-    Same arithmetic in the same order as the autograd path (equal to the bit on the CPU, tested), but every
+    The autograd path's arithmetic in the same order, except that decays at or below the cutoff are exact zeros
+    (_decay_exp_; within 1e-6 of the autograd path, tested, and to the bit in the encoder comparisons). Every
     chunk-sized intermediate is written once, straight into the layout its consumer reads, into workspace
     buffers: X = x·dt lands in the matmuls' (b, c, g, k, s, p) layout, the decay matrix is built and scaled in
     place, the recurrence runs in place over the chunk states, and y is written once into (b, l, h, p) with D·x.
