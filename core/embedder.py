@@ -13,11 +13,15 @@ from tqdm.auto import tqdm
 from recemb.core.loading import load_encoder, resolve_model_path
 from recemb.core.model import Mamba2Encoder
 from recemb.core.prompts import query_prompt
+from recemb.core.streaming import TokenStream
 from recemb.core.tokenizer import TextTokenizer
-from recemb.core.vertical import encode_vertical, pad_right
+from recemb.core.vertical import VerticalStream, encode_vertical, pad_right
 from recemb.kernels import BACKENDS
 
 PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
+# Texts longer than this are tokenized in windows and embedded as a stream, one at a time: the ids of a whole
+# book never exist at once (a 50 MB text tokenized in one call took 6.5 GB). Shorter ones are batched.
+STREAM_MIN_CHARS = 1 << 18
 
 
 def _resolve_device(device: str | torch.device | None) -> torch.device:
@@ -179,10 +183,18 @@ class Embedder:
         """Embed texts: (n, dim) float32, or (dim,) for a single str. ``prompt`` is prepended verbatim."""
         single = isinstance(texts, str)
         items = _validate_texts(texts)
-        ids = self.tokenize(items, prompt=prompt, max_length=max_length) if items else []
-        out = self.embed_token_ids(ids, normalize=normalize, batch_size=batch_size,
-                                   show_progress_bar=show_progress_bar, vertical_chunk_size=vertical_chunk_size)
-        array = out.float().cpu().numpy()
+        streamed = {i for i, t in enumerate(items) if self.streams(t)}
+        batched = [i for i in range(len(items)) if i not in streamed]
+        ids = self.tokenize([items[i] for i in batched], prompt=prompt, max_length=max_length) if batched else []
+        out = torch.empty(len(items), self.dim, dtype=torch.float32)
+        out[batched] = self.embed_token_ids(ids, normalize=normalize, batch_size=batch_size,
+                                            show_progress_bar=show_progress_bar,
+                                            vertical_chunk_size=vertical_chunk_size).float().cpu()
+        for i in sorted(streamed):
+            out[i] = self.encode_stream(items[i], prompt=prompt, normalize=normalize, max_length=max_length,
+                                        vertical_chunk_size=vertical_chunk_size,
+                                        show_progress_bar=show_progress_bar).cpu()
+        array = out.numpy()
         return array[0] if single else array
 
     def encode_queries(self, queries: str | Sequence[str], instruction: str | None = None, **kwargs) -> np.ndarray:
@@ -196,6 +208,67 @@ class Embedder:
             raise ValueError("documents never get a prompt or instruction; use encode() for custom prompts")
         kwargs.pop("prompt", None)
         return self.encode(documents, **kwargs)
+
+    # ------------------------------------------------------------------ streams (texts of any length)
+    def streams(self, text: str) -> bool:
+        """Whether ``encode`` embeds this text as a stream (long, and a tokenizer that can be cut safely)."""
+        return len(text) > STREAM_MIN_CHARS and self.tokenizer is not None and self.tokenizer.streamable
+
+    @property
+    def needs_whole_length(self) -> bool:
+        """Active context extension keys its Δ controls by the whole input length, so a stream must be counted
+        (tokenized once without embedding) before it is embedded."""
+        return self.model.delta_controls(torch.ones(1, dtype=torch.long)) is not None
+
+    def tokenize_stream(self, text: str, prompt: str | None = None, max_length: int | None = None,
+                        on_chars=None) -> TokenStream:
+        """The ids of ``tokenize([text], prompt, max_length)[0]`` as bounded pieces, computed lazily on text
+        windows; ``on_chars(n)`` reports progress in characters. ``.truncated`` tells whether the limit cut it."""
+        if self.tokenizer is None:
+            self.tokenize([])  # the error that names the missing tokenizer
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if prompt is not None and not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
+        pieces = self.tokenizer.encode_stream(prompt + text if prompt else text, on_chars=on_chars)
+        limit = _check_positive("max_length", max_length) or self.max_length
+        return TokenStream(pieces, self.tokenizer.eos_token_id, limit)
+
+    def encode_stream(self, text: str, prompt: str | None = None, normalize: bool = True,
+                      max_length: int | None = None, vertical_chunk_size: int | None = None,
+                      show_progress_bar: bool | None = None) -> torch.Tensor:
+        """Embed one text of any length in bounded memory: (dim,) fp32. The progress bar counts characters
+        (tokenizing and embedding run interleaved); None shows it."""
+        total = self.count_tokens(text, prompt=prompt, max_length=max_length) if self.needs_whole_length else None
+        with tqdm(total=len(text), disable=show_progress_bar is False, unit="char", unit_scale=True,
+                  desc="Embedding") as bar:
+            stream = self.tokenize_stream(text, prompt=prompt, max_length=max_length, on_chars=bar.update)
+            return self.embed_stream(stream, total_tokens=total, normalize=normalize,
+                                     vertical_chunk_size=vertical_chunk_size)
+
+    def count_tokens(self, text: str, prompt: str | None = None, max_length: int | None = None) -> int:
+        """Tokens of ``text`` after truncation, counted in bounded memory (a stream that is not embedded)."""
+        stream = self.tokenize_stream(text, prompt=prompt, max_length=max_length)
+        for _ in stream:
+            pass
+        return stream.tokens
+
+    @torch.inference_mode()
+    def embed_stream(self, pieces, total_tokens: int | None = None, normalize: bool = False,
+                     vertical_chunk_size: int | None = None) -> torch.Tensor:
+        """Embed one sequence given as pieces of ids (EOS last): (dim,) fp32, equal to ``embed_token_ids`` on the
+        concatenation with the same V, in memory that does not grow with its length. ``total_tokens`` is needed
+        when ``needs_whole_length``."""
+        V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
+        stream = VerticalStream(self.model, V, backend=self.backend, total_length=total_tokens)
+        vocab = self.config.vocab_size
+        for piece in pieces:
+            piece = torch.as_tensor(piece, dtype=torch.long)
+            if piece.numel() and (int(piece.min()) < 0 or int(piece.max()) >= vocab):
+                raise ValueError(f"token id outside [0, {vocab}) in the stream")
+            stream.feed(piece)
+        out = stream.finish().float()
+        return F.normalize(out, p=2, dim=-1) if normalize else out
 
     # ------------------------------------------------------------------ ids API
     @torch.inference_mode()

@@ -154,3 +154,73 @@ def pool_last_token(
     h, _ = model.forward_chunk(input_ids, None, backend=backend, deltas=model.delta_controls(lengths.cpu()))
     last = h[torch.arange(b, device=h.device), lengths - 1]  # (b, d): padding after EOS cannot reach it (causal)
     return model.norm_f(last)
+
+
+class VerticalStream:
+    """One sequence fed piece by piece through the vertical engine; the embedding comes out at ``finish``.
+
+    Pieces of any size are buffered into chunks of exactly V tokens, so the chunk boundaries (and the result) are
+    those of ``encode_vertical`` on the whole sequence with the same V, while memory holds one chunk's activations,
+    the per-layer states and at most V pending ids, however long the sequence. The last token fed is the pooling
+    position (the EOS).
+
+    Arguments:
+        vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size`` for a single sequence
+        total_length: the whole sequence's length in tokens. Context extension keys its Δ controls by it, so a
+            model with active context extension needs it up front (``finish`` checks it was right).
+    """
+
+    def __init__(self, model: Mamba2Encoder, vertical_chunk_size: int | None = None, backend: str = "auto",
+                 total_length: int | None = None):
+        V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
+            1, model.config.chunk_size)
+        if V < 1:
+            raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
+        if total_length is None and model.delta_controls(torch.ones(1, dtype=torch.long)) is not None:
+            raise ValueError("this model's context extension depends on the whole input length: pass "
+                             "total_length (count the tokens first) or switch context extension off")
+        self.model, self.V, self.backend, self.total_length = model, V, backend, total_length
+        self.deltas = None if total_length is None else model.delta_controls(torch.tensor([total_length]))
+        self.device = model.embeddings.weight.device
+        self.tokens = 0  # tokens run through the model so far
+        self._pending: list[torch.Tensor] = []  # ids not yet run, fewer than V in total between calls
+        self._n_pending = 0
+        self._states = None
+        self._last_h: torch.Tensor | None = None  # (1, d) residual stream at the latest token run
+        self._workspace = Workspace() if self.device.type == "cpu" else None
+
+    def feed(self, ids) -> None:
+        """Append token ids (a sequence of ints or a 1-D tensor); every full chunk of V runs at once."""
+        ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
+        if ids.numel() == 0:
+            return
+        self._pending.append(ids)
+        self._n_pending += ids.numel()
+        if self._n_pending >= self.V:
+            pending = torch.cat(self._pending)
+            full = (pending.numel() // self.V) * self.V
+            for start in range(0, full, self.V):
+                self._run(pending[start : start + self.V])
+            rest = pending[full:]
+            self._pending, self._n_pending = ([rest] if rest.numel() else []), rest.numel()
+
+    @torch.inference_mode()
+    def finish(self) -> torch.Tensor:
+        """(d,) final-normed hidden state at the last token fed (the pooled, unnormalised embedding)."""
+        if self._n_pending:
+            self._run(torch.cat(self._pending))
+            self._pending, self._n_pending = [], 0
+        if self._last_h is None:
+            raise ValueError("no token was fed; every sequence needs at least its EOS token")
+        if self.total_length is not None and self.tokens != self.total_length:
+            raise ValueError(f"total_length was {self.total_length} but {self.tokens} tokens were fed")
+        return self.model.norm_f(self._last_h)[0]
+
+    @torch.inference_mode()
+    def _run(self, chunk: torch.Tensor) -> None:
+        with flush_denormals(self.device):
+            h, self._states = self.model.forward_chunk(chunk.to(self.device)[None], self._states,
+                                                       backend=self.backend, deltas=self.deltas,
+                                                       workspace=self._workspace)  # (1, l, d)
+        self._last_h = h[:, -1].clone()  # h may live in the workspace, which the next chunk overwrites
+        self.tokens += chunk.numel()

@@ -1,21 +1,27 @@
 """The ``recemb`` command: export models, sync documents into Qdrant, search, embed, inspect.
 
 Exit codes: 0 success; 1 the command ran but some documents failed (listed); 2 nothing was done (bad arguments,
-missing model, collection mismatch, storage locked by another process, ...).
+missing model, collection mismatch, storage locked by another process, ...); 130 interrupted (Ctrl-C).
+
+Checks that need no model (paths, flag values, collection name, the store and its lock, the collection's recorded
+settings) run before the model loads, so a slip of the keyboard costs no waiting.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import json
 import os
+import stat
 import sys
 from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
-EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_PARTIAL, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class CommandError(Exception):
@@ -29,23 +35,40 @@ def default_qdrant_path() -> Path:
     return Path(os.environ.get("RECEMB_QDRANT_PATH") or Path(user_data_dir("recemb")) / "qdrant")
 
 
-def load_embedder(args: argparse.Namespace):
+def load_embedder(args: argparse.Namespace, model: str | None = None):
     from recemb.core import DEFAULT_MODEL, Embedder
 
-    model = args.model or os.environ.get("RECEMB_MODEL") or DEFAULT_MODEL
+    model = model or args.model or os.environ.get("RECEMB_MODEL") or DEFAULT_MODEL
     return Embedder.from_pretrained(model, device=args.device, vertical_chunk_size=args.vertical_chunk_size,
                                     context_extension=getattr(args, "context_extension", None) or "auto")
 
 
-def open_qdrant(args: argparse.Namespace):
-    """A server client for --qdrant-url / QDRANT_URL, else the embedded local store at --qdrant-path."""
+def open_qdrant(args: argparse.Namespace, create: bool = True):
+    """A server client for --qdrant-url / QDRANT_URL, else the embedded local store at --qdrant-path.
+
+    ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error."""
     from qdrant_client import QdrantClient
 
     url = args.qdrant_url or os.environ.get("QDRANT_URL")
     if url:
         return QdrantClient(url=url, api_key=os.environ.get("QDRANT_API_KEY"), timeout=60), url
-    path = Path(args.qdrant_path or default_qdrant_path())
-    path.mkdir(parents=True, exist_ok=True)
+    given = args.qdrant_path if args.qdrant_path is not None else os.environ.get("RECEMB_QDRANT_PATH")
+    if given is not None and not given.strip():
+        raise CommandError("the store path is empty (--qdrant-path or $RECEMB_QDRANT_PATH; an unset shell "
+                           "variable?)")
+    path = Path(given).expanduser() if given else default_qdrant_path()
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"--qdrant-path {path} is a file, not a folder; give the folder of an embedded store "
+                           "(it is created on the first sync)")
+    if not create and not (path / "meta.json").is_file():
+        where = "--qdrant-path " + str(path) if given else f"the default store {path}"
+        raise CommandError(f"there is no embedded Qdrant store at {where}; check the path, or run `recemb sync` "
+                           "first")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CommandError(f"cannot create the store folder {path}: {e.strerror or e}") from e
     try:
         return QdrantClient(path=str(path)), str(path)
     except RuntimeError as e:
@@ -57,25 +80,92 @@ def open_qdrant(args: argparse.Namespace):
         raise
 
 
-def collect_files(paths: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
-    """Files from paths, folders (recursively, text suffixes only) and globs; missing paths are failures."""
+@dataclass
+class Sources:
+    """What the path arguments name: files to read, arguments that name nothing, entries that are not documents."""
+
+    files: list[Path] = field(default_factory=list)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (argument, why): the sync refuses to delete
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): reported, the rest goes on
+
+
+def _kind(path: Path) -> tuple[str, str]:
+    """("file" | "dir" | "missing" | "skip", why) for one path, following symbolic links."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "skip", "symbolic link loop"
+        if path.is_symlink():
+            return "skip", f"broken symbolic link (to {os.readlink(path)})"
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "missing", "no such file or folder"
+        return "skip", f"cannot read: {e.strerror or e}"
+    if stat.S_ISREG(st.st_mode):
+        return "file", ""
+    if stat.S_ISDIR(st.st_mode):
+        return "dir", ""
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a special file")
+    return "skip", f"{what}, not a regular file"
+
+
+def _walk(folder: Path, out: Sources, files: dict[Path, None]) -> None:
+    """Text files under folder, recursively; hidden entries ignored; links to folders, loops, broken links and
+    special files listed as skipped."""
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        root_path = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for d in dirs:
+            if (root_path / d).is_symlink():
+                out.skipped.append((str(root_path / d), "symbolic link to a folder (not followed)"))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            path = root_path / name
+            kind, why = _kind(path)
+            if kind == "file":
+                if path.suffix.lower() in TEXT_SUFFIXES:
+                    files[path.resolve()] = None
+            elif kind == "dir":  # a link to a folder that os.walk listed as a file cannot happen; be safe
+                out.skipped.append((str(path), "symbolic link to a folder (not followed)"))
+            else:
+                out.skipped.append((str(path), why))
+
+
+def collect_files(paths: list[str]) -> Sources:
+    """Files from paths, folders (recursively, text suffixes only) and globs.
+
+    An empty argument is refused (an unset shell variable must not mean "the current folder"). A path that does
+    not exist, or a glob that matches nothing, is ``missing``. Every glob match is judged on its own: a bad one
+    (broken link, loop, FIFO, ...) is ``skipped`` and the good ones are kept."""
+    out = Sources()
     files: dict[Path, None] = {}
-    missing = []
     for spec in paths:
-        matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))] if glob.has_magic(spec) else [Path(spec)]
-        if not matches or not matches[0].exists():
-            missing.append((spec, "no such file or folder"))
-            continue
-        for m in matches:
-            if m.is_dir():
-                for f in sorted(m.rglob("*")):
-                    if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES and not any(
-                        part.startswith(".") for part in f.relative_to(m).parts
-                    ):
-                        files[f.resolve()] = None
-            elif m.is_file():
-                files[m.resolve()] = None
-    return list(files), missing
+        if not spec.strip():
+            raise CommandError("an empty path argument was given (an unset shell variable?); nothing was done")
+        if glob.has_magic(spec):
+            matches = sorted(glob.glob(spec, recursive=True))
+            if not matches:
+                out.missing.append((spec, "no file or folder matches this pattern"))
+            for m in matches:
+                _add(Path(m), out, files, explicit=False)
+        else:
+            _add(Path(spec), out, files, explicit=True)
+    out.files = list(files)
+    return out
+
+
+def _add(path: Path, out: Sources, files: dict[Path, None], explicit: bool) -> None:
+    kind, why = _kind(path)
+    if kind == "file":
+        files[path.resolve()] = None
+    elif kind == "dir":
+        _walk(path, out, files)
+    elif kind == "missing" or (explicit and path.is_symlink()):  # a named path that leads nowhere: maybe a typo
+        out.missing.append((str(path), why))
+    else:
+        out.skipped.append((str(path), why))
 
 
 def read_documents(files: list[Path]):
@@ -148,11 +238,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from recemb.core import Embedder, resolve_model_path
     from recemb.core.calibration import calibrate
 
-    files, missing = collect_files(args.texts)
-    if missing:
-        raise CommandError(f"{missing[0][0]}: {missing[0][1]}")
+    sources = collect_files(args.texts)
+    if sources.missing:
+        raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]}")
+    if not sources.files:
+        raise CommandError(f"no {'/'.join(TEXT_SUFFIXES)} files under {' '.join(args.texts)}")
     texts = []
-    for f in files:
+    for f in sources.files:
         try:
             texts.append(f.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, OSError) as e:
@@ -179,45 +271,85 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import QdrantSync
+    from recemb_integrations.qdrant import QdrantSync, check_collection_name, check_passage_settings, \
+        collection_settings
 
-    files, missing = collect_files(args.paths)
-    if not files and not missing:
+    check_collection_name(args.collection)
+    sources = collect_files(args.paths)
+    if not sources.files and not sources.missing:
         raise CommandError(f"no {'/'.join(TEXT_SUFFIXES)} files under {' '.join(args.paths)}")
-    if missing and not args.keep_missing:
+    if sources.missing and not args.keep_missing:
         # A mistyped path must not wipe the collection through delete_missing.
-        raise CommandError(f"{missing[0][0]}: {missing[0][1]} (nothing synced; pass --keep-missing to sync the rest "
-                           "without deleting anything)")
-    docs, failed, unreadable = read_documents(files)
-    embedder = load_embedder(args)
+        raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]} (nothing synced; pass --keep-missing "
+                           "to sync the rest without deleting anything)")
     client, where = open_qdrant(args)
     with closing(client):
+        recorded = collection_settings(client, args.collection)
+        settings = _sync_settings(args, recorded)
+        if settings["passage_tokens"] is None and args.passage_overlap:
+            raise CommandError("--passage-overlap needs --passage-tokens (passages are off for this collection)")
+        try:
+            check_passage_settings(settings["passage_tokens"], settings["passage_overlap"])
+        except ValueError:
+            raise CommandError(f"--passage-overlap {settings['passage_overlap']} must be smaller than "
+                               f"--passage-tokens {settings['passage_tokens']}") from None
+        docs, failed, unreadable = read_documents(sources.files)
+        embedder = load_embedder(args)
         sync = QdrantSync(client, args.collection, embedder, store_text=args.store_text,
-                          passage_tokens=args.passage_tokens, passage_overlap=args.passage_overlap,
-                          batch_size=args.batch_size)
+                          batch_size=args.batch_size, **settings)
         report = sync.sync(docs, delete_missing=not args.keep_missing, keep_ids=unreadable,
+                           allow_mass_delete=args.allow_mass_delete, skip_empty=args.skip_empty,
                            show_progress_bar=None if not args.json else False)
-    report.failed = failed + [(p, e) for p, e in missing] + report.failed
+    report.failed = failed + list(sources.missing) + report.failed
+    report.skipped = list(sources.skipped) + report.skipped
     data = {"collection": args.collection, "qdrant": where, **report.as_dict()}
     lines = [f"{args.collection} @ {where}: {report.added} added, {report.updated} updated, "
              f"{report.metadata_updated} metadata updated, {report.unchanged} unchanged, {report.deleted} deleted, "
              f"{len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded in {report.seconds:.1f} s)"]
     lines += [f"  failed: {doc_id}: {err}" for doc_id, err in report.failed]
+    lines += [f"  warning: {doc_id}: {what}" for doc_id, what in report.warnings]
+    lines += [f"  skipped: {path}: {why}" for path, why in report.skipped]
     emit(args, data, "\n".join(lines))
     return EXIT_PARTIAL if report.failed else EXIT_OK
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import QdrantSync
+def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
+    """Passage and truncation settings: the flags where given, else the existing collection's (so a later sync
+    need not repeat them); a flag that contradicts the collection is refused here, before the model loads."""
+    given = {"passage_tokens": args.passage_tokens, "passage_overlap": args.passage_overlap,
+             "max_tokens": args.max_tokens}
+    flags = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap",
+             "max_tokens": "--max-tokens"}
+    if recorded is None:
+        return {**given, "passage_overlap": given["passage_overlap"] or 0}
+    kept = {"passage_tokens": recorded.get("passage_tokens"), "passage_overlap": recorded.get("passage_overlap") or 0,
+            "max_tokens": recorded.get("max_tokens")}
+    for key, value in given.items():
+        if value is not None and value != kept[key] and not (key == "passage_overlap" and value == 0
+                                                             and not kept["passage_tokens"]):
+            raise CommandError(f"collection {args.collection!r} was built with {flags[key]} "
+                               f"{kept[key] if kept[key] is not None else '(none)'}, not {value}; drop the flag to "
+                               "use the collection's setting, or sync into a new --collection")
+    return kept
 
-    embedder = load_embedder(args)
-    client, _ = open_qdrant(args)
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from recemb_integrations.qdrant import QdrantSync, check_collection_name, collection_settings
+
+    check_collection_name(args.collection)
+    filters = dict(_parse_filter(f) for f in args.filter)
+    client, where = open_qdrant(args, create=False)
     with closing(client):
-        if not client.collection_exists(args.collection):
-            raise CommandError(f"collection {args.collection!r} does not exist; run `recemb sync` first")
-        filters = dict(_parse_filter(f) for f in args.filter)
-        hits = QdrantSync(client, args.collection, embedder, passage_tokens=args.passage_tokens,
-                          passage_overlap=args.passage_overlap).search(
+        recorded = collection_settings(client, args.collection)
+        if recorded is None:
+            raise CommandError(f"collection {args.collection!r} does not exist in {where}; run `recemb sync` first")
+        if args.granularity == "passage" and not recorded.get("passage_tokens"):
+            raise CommandError(f"collection {args.collection!r} has no passages (it was synced without "
+                               "--passage-tokens); search documents instead")
+        # The collection's own model unless one is named: search needs no flag the sync had.
+        chosen = args.model or os.environ.get("RECEMB_MODEL")
+        embedder = load_embedder(args, model=None if chosen else recorded.get("model"))
+        hits = QdrantSync.open(client, args.collection, embedder).search(
             args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
             granularity=args.granularity)
     rows = [{"document_id": h.document_id, "score": h.score, "metadata": h.metadata, "passage": h.passage,
@@ -229,24 +361,34 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _parse_filter(spec: str) -> tuple[str, object]:
-    if "=" not in spec:
+    """KEY=VALUE: VALUE is read as JSON where it parses (numbers, true/false, lists), as a string otherwise."""
+    from recemb_integrations.qdrant import metadata_condition
+
+    if "=" not in spec or not spec.split("=", 1)[0]:
         raise CommandError(f"--filter {spec!r}: expected KEY=VALUE")
     key, value = spec.split("=", 1)
     try:
-        return key, json.loads(value)
+        parsed = json.loads(value)
     except json.JSONDecodeError:
-        return key, value
+        parsed = value
+    try:
+        metadata_condition(key, parsed)  # the same check the search makes, before the model loads
+    except ValueError as e:
+        raise CommandError(f"--filter {spec!r}: {e}") from None
+    return key, parsed
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    embedder = load_embedder(args)
     if args.files:
-        files, missing = collect_files(args.files)
-        if missing:
-            raise CommandError(f"{missing[0][0]}: {missing[0][1]}")
-        docs, failed, _ = read_documents(files)
+        sources = collect_files(args.files)
+        if sources.missing:
+            raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]}")
+        docs, failed, _ = read_documents(sources.files)
+        failed += sources.skipped
         ids, texts = [d.id for d in docs], [d.text for d in docs]
+        embedder = load_embedder(args)
     else:
+        embedder = load_embedder(args)
         failed = []
         lines = [line.rstrip("\n") for line in sys.stdin]
         ids, texts = [str(i) for i in range(len(lines))], lines
@@ -281,6 +423,24 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- parser
+def int_at_least(minimum: int):
+    """argparse type: an integer >= minimum (argparse then names the flag in its one-line error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}" if minimum else
+                                             f"must be 0 or more, got {value}")
+        return value
+
+    return parse
+
+
+positive_int, non_negative_int = int_at_least(1), int_at_least(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recemb", description="Mamba2 text embeddings with constant memory.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -290,19 +450,23 @@ def build_parser() -> argparse.ArgumentParser:
                                        "else the bundled recemb-mamba2-mini)")
         p.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
         if vertical:
-            p.add_argument("--vertical-chunk-size", type=int, help="tokens per vertical chunk (memory dial)")
+            p.add_argument("--vertical-chunk-size", type=positive_int, help="tokens per vertical chunk (memory dial)")
             p.add_argument("--context-extension", choices=["auto", "off", "mambaextend", "longmamba", "both"],
                            help="calibrated MambaExtend / LongMamba (default auto: whatever the model folder has)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    def qdrant_options(p):
+    def qdrant_options(p, sync: bool):
         p.add_argument("--collection", default="recemb", help="collection name (default: recemb)")
         p.add_argument("--qdrant-url", help="Qdrant server or cluster URL (default: $QDRANT_URL; the API key is "
                                             "read from $QDRANT_API_KEY)")
         p.add_argument("--qdrant-path", help="embedded Qdrant folder (default: $RECEMB_QDRANT_PATH or the user data "
                                              "folder)")
-        p.add_argument("--passage-tokens", type=int, help="also index passages of this many tokens")
-        p.add_argument("--passage-overlap", type=int, default=0, help="tokens shared by consecutive passages")
+        # A search reads passages from the collection; the flags stay accepted there (and ignored) for old scripts.
+        hidden = not sync
+        p.add_argument("--passage-tokens", type=positive_int, help=argparse.SUPPRESS if hidden else
+                       "also index passages of this many tokens (default: the collection's, else none)")
+        p.add_argument("--passage-overlap", type=non_negative_int, help=argparse.SUPPRESS if hidden else
+                       "tokens shared by consecutive passages (default: the collection's, else 0)")
 
     p = commands.add_parser("export", help="write a Mamba2 checkpoint as a sentence-transformers folder",
                             description="Turn a Mamba2 checkpoint (transformers, mamba_ssm or mistral_inference "
@@ -393,19 +557,26 @@ def build_parser() -> argparse.ArgumentParser:
                             "missing ones deleted.")
     p.add_argument("paths", nargs="+", help="files, folders (.txt .md .markdown .rst, recursively) or globs")
     p.add_argument("--keep-missing", action="store_true", help="do not delete documents absent from PATHS")
+    p.add_argument("--allow-mass-delete", action="store_true",
+                   help="let this sync delete more than half of the collection's documents (refused otherwise)")
+    p.add_argument("--skip-empty", action="store_true",
+                   help="leave out empty and whitespace-only files (default: synced, with a warning)")
+    p.add_argument("--max-tokens", type=positive_int,
+                   help="truncate each document to this many tokens, with a warning (default: the collection's, "
+                        "else never)")
     p.add_argument("--store-text", action="store_true", help="keep the text in the payload")
-    p.add_argument("--batch-size", type=int, default=8, help="documents embedded together")
-    qdrant_options(p)
+    p.add_argument("--batch-size", type=positive_int, default=8, help="documents embedded together")
+    qdrant_options(p, sync=True)
     model_options(p)
     p.set_defaults(run=cmd_sync)
 
     p = commands.add_parser("search", help="search a synced collection")
     p.add_argument("query")
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--limit", type=positive_int, default=10)
     p.add_argument("--instruction", help="query instruction or E5 task name (default: web search)")
     p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE", help="metadata match (repeatable)")
     p.add_argument("--granularity", choices=["document", "passage", "any"], default="document")
-    qdrant_options(p)
+    qdrant_options(p, sync=False)
     model_options(p)
     p.set_defaults(run=cmd_search)
 
@@ -423,14 +594,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse_blank_options(args: argparse.Namespace) -> None:
+    """A flag given an empty value (an unset shell variable) must not fall back to a default store or model."""
+    for name in ("model", "qdrant_url", "qdrant_path", "collection", "tokenizer"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise CommandError(f"--{name.replace('_', '-')} is empty (an unset shell variable?); nothing was done")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _refuse_blank_options(args)
         return args.run(args)
+    except KeyboardInterrupt:
+        # Every write waits for acknowledgement and a document's point is written last, so a sync stopped
+        # anywhere leaves a collection that the same command completes.
+        tail = "; the collection is consistent — run the same command again" if args.command == "sync" else ""
+        print(f"\nrecemb {args.command}: interrupted{tail}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except CommandError as e:
         print(f"recemb {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except (FileNotFoundError, NotADirectoryError, ValueError, ImportError, TypeError, RuntimeError) as e:
+    except OSError as e:  # a file or folder problem the checks did not foresee: its message, not a traceback
+        print(f"recemb {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except (ValueError, ImportError, TypeError, RuntimeError) as e:
         print(f"recemb {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
 

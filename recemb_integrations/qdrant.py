@@ -16,17 +16,22 @@ Invariants that make a killed sync safe to re-run:
 - a document's own point, which carries its content hash, is written last, after its passages: a crash leaves the
   old hash (or no point), and the next run redoes that document;
 - every write waits for acknowledgement (``wait=True``) and transient server errors are retried;
-- the collection's model, dimension and distance are checked before the first write.
+- the collection's model, dimension and distance are checked before the first write;
+- a sync that would delete most of a collection stops before its first write unless told it is intended.
+
+Documents of any length take bounded memory: long ones are tokenized in windows and embedded as a stream, and
+their passages come from the same stream (``recemb.core.Embedder.tokenize_stream``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,15 +43,65 @@ _tenacity = require("tenacity", "qdrant")
 
 import recemb  # noqa: E402
 from recemb.core import Embedder  # noqa: E402
+from recemb.core.streaming import TokenizationError, TokenStream  # noqa: E402
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 META_KEY = "recemb"
 KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
 DISTANCE = models.Distance.COSINE
+# A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
+# an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
+MASS_DELETE_MIN_DOCUMENTS = 5
+PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
+DELETE_BATCH = 256  # stale documents deleted per request
+# Characters Qdrant's server refuses in collection names (local mode checks the same set), and its length limit.
+INVALID_COLLECTION_CHARS = '<>:"/\\|?*\x00\x1f'
+MAX_COLLECTION_NAME = 255
 
 
 class CollectionMismatchError(ValueError):
     """The collection was built with another model, dimension or distance (or not by recemb)."""
+
+
+class MassDeletionError(ValueError):
+    """A sync would delete more than half of the collection's documents; nothing was written."""
+
+
+def check_collection_name(name: str) -> str:
+    """The name, or a ValueError saying why Qdrant would refuse it (checked before any model loads)."""
+    if not isinstance(name, str) or name.strip() == "" or name in (".", ".."):
+        raise ValueError(f"collection name {name!r} is empty or reserved")
+    bad = sorted({c for c in name if c in INVALID_COLLECTION_CHARS})
+    if bad:
+        raise ValueError(f"collection name {name!r} contains {', '.join(map(repr, bad))}, which Qdrant does not "
+                         f"allow (nor any of {INVALID_COLLECTION_CHARS[:9]!r})")
+    if len(name) > MAX_COLLECTION_NAME:
+        raise ValueError(f"collection name is {len(name)} characters long; Qdrant allows {MAX_COLLECTION_NAME}")
+    return name
+
+
+def check_passage_settings(passage_tokens: int | None, passage_overlap: int | None) -> None:
+    """Passages of passage_tokens >= 1 tokens sharing 0 <= passage_overlap < passage_tokens tokens."""
+    if passage_tokens is None:
+        return
+    if isinstance(passage_tokens, bool) or not isinstance(passage_tokens, int) or passage_tokens < 1:
+        raise ValueError(f"passage_tokens must be a positive int (or None for no passages), got {passage_tokens!r}")
+    overlap = passage_overlap or 0
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < passage_tokens:
+        raise ValueError(f"passage_overlap must be an int from 0 to passage_tokens - 1 = {passage_tokens - 1}, "
+                         f"got {passage_overlap!r}")
+
+
+def collection_settings(client, collection: str) -> dict[str, Any] | None:
+    """The recemb metadata a collection was built with (model, dim, passages, ...); None if it does not exist.
+    A collection without recemb metadata is a CollectionMismatchError."""
+    if not client.collection_exists(collection):
+        return None
+    recorded = (client.get_collection(collection).config.metadata or {}).get(META_KEY)
+    if recorded is None:
+        raise CollectionMismatchError(f"collection {collection!r} was not created by recemb (no '{META_KEY}' "
+                                      "metadata); use another collection name")
+    return recorded
 
 
 @dataclass
@@ -66,6 +121,8 @@ class SyncReport:
     unchanged: int = 0
     deleted: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (document id, error)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (document id, what to know): synced anyway
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): sources that are not documents
     embedded_tokens: int = 0
     seconds: float = 0.0
 
@@ -133,6 +190,10 @@ class QdrantSync:
         passage_overlap: tokens shared by consecutive passages.
         batch_size: documents embedded (and then written) together.
         retries: attempts for a write or read that fails with a transient server error.
+        max_tokens: truncate each document to this many tokens (EOS included), with a warning in the report.
+
+    ``passage_tokens``, ``passage_overlap`` and ``max_tokens`` are recorded in the collection: a sync must use the
+    same values, a search reads them from there (``QdrantSync.open`` builds an instance with them).
     """
 
     def __init__(
@@ -146,11 +207,15 @@ class QdrantSync:
         passage_overlap: int = 0,
         batch_size: int = 8,
         retries: int = 5,
+        max_tokens: int | None = None,
     ):
-        if passage_tokens is not None and not (0 <= passage_overlap < passage_tokens):
-            raise ValueError("passage_overlap must be >= 0 and smaller than passage_tokens")
+        check_passage_settings(passage_tokens, passage_overlap)
+        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.client = client
-        self.collection = collection
+        self.collection = check_collection_name(collection)
+        self.max_tokens = max_tokens
         self.embedder = embedder
         self.model_id = model_id or embedder.name or "unnamed"
         self.store_text = store_text
@@ -160,12 +225,24 @@ class QdrantSync:
         self._lock = threading.RLock()
         self._fingerprint: str | None = None
         self._verified = False  # the collection was checked (or created) once; its settings cannot change under us
+        self._read_checked = False  # checked for searching (the model only)
         self._retry = _tenacity.Retrying(
             retry=_tenacity.retry_if_exception(_is_transient),
             stop=_tenacity.stop_after_attempt(retries),
             wait=_tenacity.wait_exponential(multiplier=0.5, max=10),
             reraise=True,
         )
+
+    @classmethod
+    def open(cls, client, collection: str, embedder: Embedder, **kwargs) -> "QdrantSync":
+        """An instance with the settings the collection was built with (passages, truncation), for searching it
+        (or syncing more of the same). The collection must exist."""
+        recorded = collection_settings(client, check_collection_name(collection))
+        if recorded is None:
+            raise CollectionMismatchError(f"collection {collection!r} does not exist; sync documents first")
+        settings = {"passage_tokens": recorded.get("passage_tokens"),
+                    "passage_overlap": recorded.get("passage_overlap") or 0, "max_tokens": recorded.get("max_tokens")}
+        return cls(client, collection, embedder, **{**settings, **kwargs})
 
     # ------------------------------------------------------------------ collection
     @property
@@ -185,6 +262,7 @@ class QdrantSync:
             "max_length": self.embedder.max_length,
             "passage_tokens": self.passage_tokens,
             "passage_overlap": self.passage_overlap if self.passage_tokens else None,
+            "max_tokens": self.max_tokens,
             "recemb_version": recemb.__version__,
         }
 
@@ -193,8 +271,11 @@ class QdrantSync:
             return self._retry(fn, *args, **kwargs)
 
     def ensure_collection(self, create: bool = True) -> None:
-        """Create the collection, or check that it was built with this model, dimension and distance."""
-        if self._verified:
+        """Create the collection, or check that it was built with this model, dimension and distance.
+
+        ``create=False`` is the read path: the collection must exist, only the model (and so the dimension) must
+        match, and its passage and truncation settings are taken from the collection."""
+        if self._verified or (not create and self._read_checked):
             return
         expected = self.expected_metadata()
         if not self._call(self.client.collection_exists, self.collection):
@@ -227,13 +308,23 @@ class QdrantSync:
                 problems.append(f"model {recorded.get('model')!r} (collection) vs {self.model_id!r} (this embedder)")
         if recorded.get("distance") != expected["distance"]:
             problems.append(f"distance {recorded.get('distance')} vs {expected['distance']}")
-        for key in ("passage_tokens", "passage_overlap", "max_length"):
+        if not create:
+            if problems:
+                raise CollectionMismatchError(
+                    f"collection {self.collection!r} cannot be searched with this model: " + "; ".join(problems)
+                    + f". Search it with the model it was built with ({recorded.get('model')!r}).")
+            self.passage_tokens = recorded.get("passage_tokens")
+            self.passage_overlap = recorded.get("passage_overlap") or 0
+            self.max_tokens = recorded.get("max_tokens")
+            self._read_checked = True
+            return
+        for key in ("passage_tokens", "passage_overlap", "max_length", "max_tokens"):
             if recorded.get(key) != expected[key]:
                 problems.append(f"{key} {recorded.get(key)} (collection) vs {expected[key]} (now)")
         if problems:
             raise CollectionMismatchError(
                 f"collection {self.collection!r} was built differently: " + "; ".join(problems)
-                + ". Nothing was written. Sync into a new collection, or delete this one to rebuild it."
+                + ". Nothing was written. Sync with the collection's settings, or into a new collection."
             )
         self._verified = True
 
@@ -268,19 +359,38 @@ class QdrantSync:
         show_progress_bar: bool | None = None,
         on_document: Callable[[str, str], None] | None = None,
         keep_ids: Iterable[str] = (),
+        allow_mass_delete: bool = False,
+        skip_empty: bool = False,
     ) -> SyncReport:
         """Bring the collection to exactly ``documents``: add new, re-embed changed, skip unchanged, and with
         ``delete_missing`` delete documents no longer present. Bad documents are reported in ``failed`` and do not
         stop the others; their stored versions are kept, as are those of ``keep_ids`` (sources that exist but could
-        not be read). ``on_document(id, action)`` is called after each document is written."""
+        not be read). ``on_document(id, action)`` is called after each document is written.
+
+        A sync that would delete more than half of the collection's documents (and more than
+        ``MASS_DELETE_MIN_DOCUMENTS``) raises ``MassDeletionError`` before any write unless ``allow_mass_delete``.
+        Empty and whitespace-only documents are synced with a warning, or left out (as if absent) with
+        ``skip_empty``. Documents cut by ``max_tokens`` are synced with a warning."""
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
         report = SyncReport()
         docs, bad = _normalise(documents)
         report.failed.extend(bad)
+        docs = self._check_empty(docs, report, skip_empty)
         self.ensure_collection()  # before any write
         existing, seen = self._existing()
+        stale: list[str] = []
+        if delete_missing:
+            source_ids = {d.id for d in docs} | {doc_id for doc_id, _ in bad} | set(keep_ids)
+            stale = sorted(seen - source_ids)
+            if not allow_mass_delete and len(stale) > max(MASS_DELETE_MIN_DOCUMENTS, len(seen) / 2):
+                shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
+                raise MassDeletionError(
+                    f"this sync would delete {len(stale)} of the {len(seen)} documents in collection "
+                    f"{self.collection!r} ({shown}) because they are not among the {len(docs)} given; nothing was "
+                    "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
+                    "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False).")
 
         to_embed: list[tuple[Document, str]] = []
         for doc in docs:
@@ -299,32 +409,28 @@ class QdrantSync:
                 continue
             to_embed.append((doc, "updated" if old is not None else "added"))
 
-        total_tokens = None
-        show = show_progress_bar if show_progress_bar is not None else len(to_embed) > self.batch_size
-        with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
-            for start_i in range(0, len(to_embed), self.batch_size):
-                batch = to_embed[start_i : start_i + self.batch_size]
-                try:
-                    ids = self.embedder.tokenize([d.text for d, _ in batch])
-                except Exception as e:  # a tokenizer failure is one batch's problem, not the sync's
-                    report.failed.extend((d.id, f"tokenization failed: {e}") for d, _ in batch)
-                    bar.update(len(batch))
-                    continue
-                vectors = self.embedder.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar)
-                total_tokens = (total_tokens or 0) + sum(len(s) for s in ids)
-                for (doc, action), vector, doc_ids in zip(batch, vectors.cpu().numpy(), ids):
-                    self._write_document(doc, vector, doc_ids, existing_doc=action == "updated")
-                    setattr(report, action, getattr(report, action) + 1)
-                    if on_document is not None:
-                        on_document(doc.id, action)
-                bar.update(len(batch))
-        report.embedded_tokens = total_tokens or 0
+        show = show_progress_bar if show_progress_bar is not None else (
+            len(to_embed) > self.batch_size or any(self.embedder.streams(d.text) for d, _ in to_embed))
 
-        if delete_missing:
-            source_ids = {d.id for d in docs} | {doc_id for doc_id, _ in bad} | set(keep_ids)
-            stale = sorted(seen - source_ids)
-            for i in range(0, len(stale), 256):
-                chunk = stale[i : i + 256]
+        def done(doc: Document, action: str) -> None:
+            setattr(report, action, getattr(report, action) + 1)
+            if on_document is not None:
+                on_document(doc.id, action)
+
+        with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
+            batched = [item for item in to_embed if not self.embedder.streams(item[0].text)]
+            for start_i in range(0, len(batched), self.batch_size):
+                batch = batched[start_i : start_i + self.batch_size]
+                self._sync_batch(batch, report, done, show_progress_bar)
+                bar.update(len(batch))
+            for doc, action in to_embed:  # long documents, one stream at a time
+                if self.embedder.streams(doc.text):
+                    self._sync_streamed(doc, action, report, done, show)
+                    bar.update(1)
+
+        if stale:
+            for i in range(0, len(stale), DELETE_BATCH):
+                chunk = stale[i : i + DELETE_BATCH]
                 self._call(self.client.delete, self.collection, points_selector=models.FilterSelector(
                     filter=models.Filter(must=[models.FieldCondition(key="document_id",
                                                                      match=models.MatchAny(any=chunk))])), wait=True)
@@ -332,14 +438,89 @@ class QdrantSync:
         report.seconds = time.perf_counter() - start
         return report
 
-    def _write_document(self, doc: Document, vector, token_ids: list[int], existing_doc: bool) -> None:
+    @staticmethod
+    def _check_empty(docs: list[Document], report: SyncReport, skip_empty: bool) -> list[Document]:
+        kept = []
+        for doc in docs:
+            if doc.text.strip():
+                kept.append(doc)
+                continue
+            what = "empty document" if not doc.text else "document holds only whitespace"
+            report.warnings.append((doc.id, what + ("; left out (skip_empty)" if skip_empty else
+                                                    "; synced (its embedding carries no content)")))
+            if not skip_empty:
+                kept.append(doc)
+        return kept
+
+    def _token_limit(self) -> int | None:
+        limits = [n for n in (self.max_tokens, self.embedder.max_length) if n is not None]
+        return min(limits) if limits else None
+
+    def _note_truncation(self, doc: Document, stream: TokenStream, report: SyncReport) -> None:
+        if stream.truncated:
+            report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
+
+    def _sync_batch(self, batch: list[tuple[Document, str]], report: SyncReport, done,
+                    show_progress_bar: bool | None) -> None:
+        """Documents short enough to tokenize whole, embedded together."""
+        try:
+            if self.embedder.tokenizer is None:
+                self.embedder.tokenize([])  # raises the error that names the missing tokenizer
+            whole = self.embedder.tokenizer.encode([d.text for d, _ in batch])
+        except Exception as e:  # a tokenizer failure is one batch's problem, not the sync's
+            report.failed.extend((d.id, f"tokenization failed: {e}") for d, _ in batch)
+            return
+        # Truncated through a one-piece TokenStream: one truncation rule for short and streamed documents.
+        streams = [TokenStream([seq], self.embedder.tokenizer.eos_token_id, self._token_limit()) for seq in whole]
+        ids = [list(itertools.chain.from_iterable(s)) for s in streams]
+        vectors = self.embedder.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar)
+        vectors = vectors.cpu().numpy()
+        for (doc, action), vector, doc_ids, stream in zip(batch, vectors, ids, streams):
+            self._note_truncation(doc, stream, report)
+            n_passages = 0
+            if self.passage_tokens:
+                passages = _PassageWriter(self, doc)
+                passages.feed(doc_ids)
+                n_passages = passages.close()
+            self._write_document_point(doc, vector, len(doc_ids), n_passages, existing_doc=action == "updated")
+            report.embedded_tokens += len(doc_ids)
+            done(doc, action)
+
+    def _sync_streamed(self, doc: Document, action: str, report: SyncReport, done, show: bool) -> None:
+        """A long document: tokenized in windows, embedded as a stream, passages cut from the same stream."""
+        from tqdm.auto import tqdm
+
+        emb, limit = self.embedder, self._token_limit()
+        try:
+            total = emb.count_tokens(doc.text, max_length=limit) if emb.needs_whole_length else None
+            with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
+                      desc=_short(doc.id)) as bar:
+                stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update)
+                passages = _PassageWriter(self, doc) if self.passage_tokens else None
+
+                def pieces() -> Iterator[list[int]]:  # one pass feeds the document's stream and its passages
+                    for piece in stream:
+                        if passages is not None:
+                            passages.feed(piece)
+                        yield piece
+
+                vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True)
+                n_passages = passages.close() if passages is not None else 0
+        except TokenizationError as e:
+            report.failed.append((doc.id, str(e)))
+            return
+        self._note_truncation(doc, stream, report)
+        self._write_document_point(doc, vector.cpu().numpy(), stream.tokens, n_passages,
+                                   existing_doc=action == "updated")
+        report.embedded_tokens += stream.tokens
+        done(doc, action)
+
+    def _write_document_point(self, doc: Document, vector, n_tokens: int, n_passages: int,
+                              existing_doc: bool) -> None:
         payload = {"document_id": doc.id, "kind": KIND_DOCUMENT, "content_hash": content_hash(doc.text),
-                   "metadata": doc.metadata, "tokens": len(token_ids)}
+                   "metadata": doc.metadata, "tokens": n_tokens}
         if self.store_text:
             payload["text"] = doc.text
-        n_passages = 0
-        if self.passage_tokens:
-            n_passages = self._write_passages(doc, token_ids)
         if existing_doc or n_passages:
             # Passages beyond the new count belong to an older version of the text.
             self._call(self.client.delete, self.collection, points_selector=models.FilterSelector(
@@ -349,25 +530,6 @@ class QdrantSync:
         # The document point goes last: its content hash marks the document as complete.
         self._call(self.client.upsert, self.collection, wait=True,
                    points=[models.PointStruct(id=point_id(doc.id), vector=vector.tolist(), payload=payload)])
-
-    def _write_passages(self, doc: Document, token_ids: list[int]) -> int:
-        """One point per window of ``passage_tokens`` (overlapping by ``passage_overlap``), each embedded with EOS."""
-        body = token_ids[:-1]  # without the EOS; each passage gets its own
-        eos = token_ids[-1]
-        step = self.passage_tokens - self.passage_overlap
-        windows = [body[i : i + self.passage_tokens] for i in range(0, max(len(body) - self.passage_overlap, 1), step)]
-        windows = [w + [eos] for w in windows if w] or [[eos]]
-        vectors = self.embedder.embed_token_ids(windows, normalize=True).cpu().numpy()
-        points = []
-        for i, (w, v) in enumerate(zip(windows, vectors)):
-            payload = {"document_id": doc.id, "kind": KIND_PASSAGE, "passage": i, "metadata": doc.metadata,
-                       "tokens": len(w)}
-            if self.store_text and self.embedder.tokenizer is not None:
-                payload["text"] = self.embedder.tokenizer.tokenizer.decode(w[:-1])
-            points.append(models.PointStruct(id=point_id(doc.id, i), vector=v.tolist(), payload=payload))
-        for i in range(0, len(points), 64):
-            self._call(self.client.upsert, self.collection, points=points[i : i + 64], wait=True)
-        return len(points)
 
     # ------------------------------------------------------------------ search
     def search(
@@ -380,18 +542,25 @@ class QdrantSync:
     ) -> list[SearchHit]:
         """Embed ``query`` with the query instruction and return the nearest documents (or passages).
 
-        ``filter``: a qdrant ``models.Filter``, or a dict of metadata key -> value (all must match).
-        ``granularity``: "document", "passage" or "any".
+        ``filter``: a qdrant ``models.Filter``, or a dict of metadata key -> value (all must match): a string,
+        integer or boolean matches exactly, a list of strings or of integers matches any of them.
+        ``granularity``: "document", "passage" or "any". The collection's own settings (passages) are used, whatever
+        this instance was built with; only the model must match.
         """
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if granularity not in (KIND_DOCUMENT, KIND_PASSAGE, "any"):
             raise ValueError("granularity must be 'document', 'passage' or 'any'")
+        metadata_conditions = ([metadata_condition(k, v) for k, v in filter.items()] if isinstance(filter, dict)
+                               else [])
         self.ensure_collection(create=False)
+        if granularity == KIND_PASSAGE and not self.passage_tokens:
+            raise ValueError(f"collection {self.collection!r} has no passages (it was synced without "
+                             "passage_tokens); search documents instead")
         vector = self.embedder.encode_queries([query], instruction=instruction)[0]
         conditions = [] if granularity == "any" else [_match("kind", granularity)]
         if isinstance(filter, dict):
-            conditions += [_match(f"metadata.{k}", v) for k, v in filter.items()]
+            conditions += metadata_conditions
             query_filter = models.Filter(must=conditions)
         elif filter is not None:
             query_filter = models.Filter(must=conditions + [filter])
@@ -409,6 +578,116 @@ class QdrantSync:
         """Number of documents (document points) in the collection."""
         return self._call(self.client.count, self.collection, count_filter=models.Filter(
             must=[_match("kind", KIND_DOCUMENT)]), exact=True).count
+
+
+class PassageWindows:
+    """Cuts one document's ids (EOS last), fed piece by piece, into passages: windows of ``size`` body tokens
+    starting every ``size - overlap`` tokens, each followed by the EOS; the last starts before the body's final
+    ``overlap`` tokens, and an empty body gives one passage of EOS alone. Holds at most a window plus a piece."""
+
+    def __init__(self, size: int, overlap: int, eos_token_id: int):
+        check_passage_settings(size, overlap)
+        self.size, self.overlap, self.step, self.eos = size, overlap, size - overlap, eos_token_id
+        self._buffer: list[int] = []  # ids from absolute position self._base on
+        self._base = 0
+        self._seen = 0  # ids fed so far
+        self._last: int | None = None
+        self._next = 0  # start of the next window
+        self.count = 0  # windows returned so far
+
+    def feed(self, ids: Sequence[int]) -> list[list[int]]:
+        """Windows that are complete now. The newest id may be the EOS that ends the body, so no window takes it."""
+        ids = list(ids)
+        if not ids:
+            return []
+        self._buffer += ids
+        self._seen += len(ids)
+        self._last = ids[-1]
+        out = []
+        while self._next + self.size <= self._seen - 1:
+            out.append(self._window(self._next, self._next + self.size))
+            self._next += self.step
+        return self._emit(out)
+
+    def finish(self) -> list[list[int]]:
+        """The remaining windows, once the last id (the EOS) has been fed."""
+        if self._last != self.eos:
+            raise ValueError("a document's ids must end with its EOS token")
+        body_end = self._seen - 1
+        out = []
+        while self._next < max(body_end - self.overlap, 1):
+            if self._next < body_end:
+                out.append(self._window(self._next, min(self._next + self.size, body_end)))
+            self._next += self.step
+        if not out and not self.count:
+            out.append([self.eos])
+        return self._emit(out)
+
+    def _window(self, start: int, end: int) -> list[int]:
+        return self._buffer[start - self._base : end - self._base] + [self.eos]
+
+    def _emit(self, windows: list[list[int]]) -> list[list[int]]:
+        drop = min(self._next, self._seen) - self._base
+        if drop > 0:  # ids before the next window's start are never needed again
+            del self._buffer[:drop]
+            self._base += drop
+        self.count += len(windows)
+        return windows
+
+
+class _PassageWriter:
+    """Embeds and upserts a document's passages in groups as its ids stream in (before its own point)."""
+
+    def __init__(self, sync: QdrantSync, doc: Document):
+        self.sync, self.doc = sync, doc
+        self.windows = PassageWindows(sync.passage_tokens, sync.passage_overlap, sync.embedder.tokenizer.eos_token_id)
+        self.pending: list[list[int]] = []
+        self.written = 0
+
+    def feed(self, ids: Sequence[int]) -> None:
+        self.pending += self.windows.feed(ids)
+        while len(self.pending) >= PASSAGE_WRITE_BATCH:
+            self._write(self.pending[:PASSAGE_WRITE_BATCH])
+            self.pending = self.pending[PASSAGE_WRITE_BATCH:]
+
+    def close(self) -> int:
+        """Writes the rest; returns how many passages the document has."""
+        self.pending += self.windows.finish()
+        for i in range(0, len(self.pending), PASSAGE_WRITE_BATCH):
+            self._write(self.pending[i : i + PASSAGE_WRITE_BATCH])
+        self.pending = []
+        return self.written
+
+    def _write(self, windows: list[list[int]]) -> None:
+        sync, doc = self.sync, self.doc
+        vectors = sync.embedder.embed_token_ids(windows, normalize=True).cpu().numpy()
+        points = []
+        for i, (w, v) in enumerate(zip(windows, vectors), start=self.written):
+            payload = {"document_id": doc.id, "kind": KIND_PASSAGE, "passage": i, "metadata": doc.metadata,
+                       "tokens": len(w)}
+            if sync.store_text and sync.embedder.tokenizer is not None:
+                payload["text"] = sync.embedder.tokenizer.tokenizer.decode(w[:-1])
+            points.append(models.PointStruct(id=point_id(doc.id, i), vector=v.tolist(), payload=payload))
+        sync._call(sync.client.upsert, sync.collection, points=points, wait=True)
+        self.written += len(windows)
+
+
+def _short(doc_id: str, width: int = 30) -> str:
+    return doc_id if len(doc_id) <= width else "..." + doc_id[-(width - 3):]
+
+
+def metadata_condition(key: str, value: Any):
+    """A condition on ``metadata.<key>``: exact for a str, int or bool, any-of for a list of str or of int.
+    Anything else (floats, null, objects, mixed lists) is a ValueError that says so, before Qdrant sees it."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"filter key {key!r} must be a non-empty string")
+    if isinstance(value, (str, bool, int)):
+        return _match(f"metadata.{key}", value)
+    if isinstance(value, list) and value and (all(isinstance(v, str) for v in value) or all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        return models.FieldCondition(key=f"metadata.{key}", match=models.MatchAny(any=value))
+    raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, an integer, true/false, or a "
+                     "non-empty list of strings or of integers (any of them matches)")
 
 
 def _match(key: str, value: Any):

@@ -136,3 +136,51 @@ def test_constructor_validation(tiny_embedder):
     with pytest.raises(ValueError, match="max_length"):
         Embedder(tiny_embedder.model, max_length=-1)
     assert "dim=32" in repr(tiny_embedder)
+
+
+@pytest.mark.parametrize("limit", [None, 1, 2, 5, 11, 12, 13, 40])
+def test_token_stream_truncates_exactly_like_tokenize(tiny_embedder, limit):
+    from recemb.core.streaming import TokenStream
+
+    text = "a second, rather longer text " * 3
+    whole = tiny_embedder.tokenize([text], max_length=limit)[0]
+    full = tiny_embedder.tokenize([text])[0]
+    for piece_size in (1, 3, 100):
+        pieces = [full[i : i + piece_size] for i in range(0, len(full), piece_size)]
+        stream = TokenStream(pieces, tiny_embedder.tokenizer.eos_token_id, limit)
+        assert sum(stream, []) == whole and stream.tokens == len(whole)
+        assert stream.truncated == (len(full) > len(whole))
+    stream = tiny_embedder.tokenize_stream(text, max_length=limit)
+    assert sum(stream, []) == whole
+    with pytest.raises(RuntimeError, match="only once"):
+        list(stream)
+
+
+def test_tokenizer_failures_in_a_stream_are_named(tiny_embedder):
+    from recemb.core.streaming import TokenizationError, TokenStream
+
+    def failing():
+        yield [5, 6]
+        raise RuntimeError("bad bytes")
+
+    with pytest.raises(TokenizationError, match="tokenization failed: bad bytes"):
+        list(TokenStream(failing(), 1))
+
+
+def test_long_texts_are_streamed_with_the_same_embeddings(tiny_folder, monkeypatch):
+    import recemb.core.embedder as embedder_module
+
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu", backend="torch", vertical_chunk_size=32)
+    texts = ["short one", "a long text that goes on " * 40, "", "another long text, a bit different " * 30]
+    reference = emb.encode(texts)
+    monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 200)
+    assert [emb.streams(t) for t in texts] == [False, True, False, True]
+    fed = []
+    real = emb.embed_stream
+    monkeypatch.setattr(emb, "embed_stream", lambda pieces, **k: fed.append(1) or real(pieces, **k))
+    streamed = emb.encode(texts)
+    assert len(fed) == 2
+    np.testing.assert_allclose(streamed, reference, rtol=1e-5, atol=1e-6)
+    single = emb.encode_stream(texts[1], show_progress_bar=False, max_length=20)
+    np.testing.assert_allclose(single.numpy(), emb.encode(texts[1], max_length=20), rtol=1e-5, atol=1e-6)
+    assert emb.count_tokens(texts[1]) == len(emb.tokenize([texts[1]])[0])

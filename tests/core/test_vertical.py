@@ -104,3 +104,59 @@ def test_denormals_are_flushed_while_encoding_and_the_callers_mode_restored(mode
         assert_close("same result", encode_vertical(model, ids, lengths, 16, backend="torch"), got, 0.0)
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_stream_equals_encode_vertical_bit_for_bit(model):
+    """Pieces of any size give the chunk boundaries of the whole sequence, so the very same arithmetic."""
+    from recemb.core.vertical import VerticalStream
+
+    gen = torch.Generator().manual_seed(3)
+    for n, V in ((1, 1), (5, 7), (64, 16), (131, 16), (200, 64), (97, 1000)):
+        ids = torch.randint(3, 300, (n,), generator=gen)
+        whole = encode_vertical(model, ids[None], torch.tensor([n]), V, backend="torch")[0]
+        stream = VerticalStream(model, V, backend="torch")
+        start = 0
+        while start < n:
+            size = int(torch.randint(0, 40, (1,), generator=gen))
+            stream.feed(ids[start : start + size].tolist())
+            start += size
+        assert stream.tokens + stream._n_pending == n
+        assert torch.equal(stream.finish(), whole), (n, V)
+
+
+def test_stream_misuse_is_refused(model):
+    from recemb.core.context_extension import ContextExtension
+    from recemb.core.vertical import VerticalStream
+
+    with pytest.raises(ValueError, match="no token was fed"):
+        VerticalStream(model, 8).finish()
+    stream = VerticalStream(model, 8, total_length=10)
+    stream.feed(list(range(3, 12)))
+    with pytest.raises(ValueError, match="total_length was 10 but 9"):
+        stream.finish()
+    model.context_extension = ContextExtension(delta_scale=[0.7, 1.6], train_length=8, min_length=1)
+    try:
+        with pytest.raises(ValueError, match="whole input length"):
+            VerticalStream(model, 8)
+    finally:
+        model.context_extension = None
+
+
+def test_stream_with_context_extension_equals_encode_vertical(tiny_folder):
+    from recemb.core import load_encoder
+    from recemb.core.context_extension import ContextExtension
+    from recemb.core.vertical import VerticalStream
+
+    model = load_encoder(tiny_folder, device="cpu", dtype=torch.float32)
+    heads = model.config.num_heads
+    model.context_extension = ContextExtension(
+        delta_scale=[0.7, 1.6], global_heads=[[True, False] * (heads // 2)] * 2,
+        thresholds={16: [[0.1] * heads] * 2, 64: [[0.3] * heads] * 2}, train_length=8, min_length=12)
+    ids = torch.randint(3, 300, (90,), generator=torch.Generator().manual_seed(0))
+    whole = encode_vertical(model, ids[None], torch.tensor([90]), 16, backend="torch")[0]
+    stream = VerticalStream(model, 16, backend="torch", total_length=90)
+    for start in range(0, 90, 25):
+        stream.feed(ids[start : start + 25])
+    assert torch.equal(stream.finish(), whole)
+    model.context_extension = None
+    assert not torch.equal(encode_vertical(model, ids[None], torch.tensor([90]), 16, backend="torch")[0], whole)

@@ -102,6 +102,9 @@ def test_locked_store_and_missing_model_are_clear(tiny_folder, corpus, tmp_path,
 
 def test_search_of_missing_collection(tiny_folder, tmp_path, capsys):
     pytest.importorskip("qdrant_client")
+    from qdrant_client import QdrantClient
+
+    QdrantClient(path=str(tmp_path / "s")).close()  # a store without that collection
     code = main(["search", "q", "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s"), "--collection", "x"])
     assert code == 2 and "does not exist" in capsys.readouterr().err
 

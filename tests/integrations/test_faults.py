@@ -1,0 +1,494 @@
+"""Fault injection for the main job: a slip of the keyboard, a strange file or a kill never loses data.
+
+One test per case of the robustness issue (empty and mistyped paths, globs, mass deletion, search settings, huge
+files, bad flags, Ctrl-C, special files, empty documents), plus the crash and concurrency cases that already held
+(SIGKILL mid-sync and mid-delete, two processes on one store), so none of them can come back.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("qdrant_client")
+from qdrant_client import QdrantClient  # noqa: E402
+from qdrant_client import models as qm  # noqa: E402
+
+from recemb.core import Embedder  # noqa: E402
+from recemb_integrations import cli  # noqa: E402
+from recemb_integrations.cli import main  # noqa: E402
+from recemb_integrations.qdrant import Document, MassDeletionError, QdrantSync, content_hash  # noqa: E402
+
+
+# ---------------------------------------------------------------------- helpers
+def make_corpus(folder: Path, n: int, words: int = 6) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"doc{i:03d}.txt").write_text(f"document number {i} about topic {i % 5} " * (words + i % 3))
+    return folder
+
+
+def run(capsys, argv, json_out=True):
+    """(exit code, parsed JSON report or None, stderr)."""
+    code = main(argv + (["--json"] if json_out else []))
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    return code, (json.loads(lines[-1]) if lines and json_out else None), out.err
+
+
+def stored_ids(store: Path, collection: str = "c") -> list[str]:
+    with closing(QdrantClient(path=str(store))) as client:
+        points, _ = client.scroll(collection, scroll_filter=qm.Filter(must=[qm.FieldCondition(
+            key="kind", match=qm.MatchValue(value="document"))]), limit=100_000, with_payload=True)
+        return sorted(p.payload["document_id"] for p in points)
+
+
+def point_count(store: Path, collection: str = "c") -> int:
+    with closing(QdrantClient(path=str(store))) as client:
+        return client.count(collection, exact=True).count
+
+
+@pytest.fixture
+def opts(tiny_folder, tmp_path):
+    return ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c"]
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fails the test if the model is loaded: the check under test must come first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before a check that needs no model")
+
+    monkeypatch.setattr(cli, "load_embedder", refuse)
+
+
+# ---------------------------------------------------------------------- no mass deletion by accident
+def test_empty_path_argument_is_refused_and_deletes_nothing(tmp_path, opts, capsys, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 4)
+    assert run(capsys, ["sync", str(corpus), *opts])[0] == 0
+    before = stored_ids(tmp_path / "store")
+    monkeypatch.chdir(corpus)  # `recemb sync "$DOCS"` with DOCS unset, run from inside another folder
+    for argv in (["sync", ""], ["sync", "  "], ["sync", str(corpus), ""]):
+        code, _, err = run(capsys, argv + opts)
+        assert code == 2 and "empty path argument" in err and len(err.strip().splitlines()) == 1
+    assert stored_ids(tmp_path / "store") == before
+    for flag in ("--model", "--qdrant-path", "--collection"):  # a flag whose variable is unset
+        argv = ["sync", str(corpus), *opts] + [flag, ""]
+        code, _, err = run(capsys, argv)
+        assert code == 2 and f"{flag} is empty" in err
+    assert stored_ids(tmp_path / "store") == before
+
+
+def test_each_glob_match_is_judged_on_its_own(tmp_path, opts, capsys):
+    folder = tmp_path / "g"
+    make_corpus(folder, 2)
+    (folder / "0-dangling.txt").symlink_to(folder / "gone.txt")  # sorts first
+    code, report, _ = run(capsys, ["sync", str(folder / "*.txt"), *opts])
+    assert code == 0 and report["added"] == 2
+    assert [Path(p).name for p, _ in report["skipped"]] == ["0-dangling.txt"]
+    assert "broken symbolic link" in report["skipped"][0][1]
+    code, _, err = run(capsys, ["sync", str(folder / "*.nothing"), *opts])
+    assert code == 2 and "no file or folder matches" in err and len(stored_ids(tmp_path / "store")) == 2
+
+
+def _sync_all(capsys, corpus, opts):
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 0, err
+    return report
+
+
+def test_mass_deletion_needs_its_flag(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 10)
+    _sync_all(capsys, corpus, opts)
+    store = tmp_path / "store"
+    points_before = point_count(store)
+    sub = make_corpus(tmp_path / "docs" / "sub", 0)
+    (corpus / "doc000.txt").rename(sub / "doc000.txt")  # the user meant docs/, typed docs/sub
+    code, _, err = run(capsys, ["sync", str(sub), *opts])
+    assert code == 2 and "--allow-mass-delete" in err and "would delete 10 of the 10" in err
+    assert point_count(store) == points_before  # nothing deleted
+    assert not any("/sub/" in d for d in stored_ids(store))  # and the new file was not written either
+
+    # A few removed files need no flag; a deliberate big deletion works with it.
+    for name in ("doc001.txt", "doc002.txt", "doc003.txt"):
+        (corpus / name).unlink()
+    report = _sync_all(capsys, corpus, opts)
+    assert report["deleted"] == 4 and report["added"] == 1  # doc000 moved into sub/, 3 removed
+    code, report, _ = run(capsys, ["sync", str(sub), "--allow-mass-delete", *opts])
+    assert code == 0 and report["deleted"] == 6 and len(stored_ids(store)) == 1
+
+
+def test_mass_deletion_guard_in_the_api(tiny_embedder):
+    docs = [Document(f"d{i}", f"text number {i}") for i in range(10)]
+    with closing(QdrantClient(":memory:")) as client:
+        sync = QdrantSync(client, "c", tiny_embedder)
+        sync.sync(docs)
+        with pytest.raises(MassDeletionError, match="allow_mass_delete=True"):
+            sync.sync([Document("new", "a new text")])  # would delete all 10
+        assert sync.count() == 10 and client.count("c", exact=True).count == 10  # not even "new" was written
+        with pytest.raises(MassDeletionError):
+            sync.sync([])
+        assert sync.sync(docs[:5]).deleted == 5  # half of the documents is not "more than half"
+        assert sync.sync(docs[:3]).deleted == 2  # at most a handful: no flag needed
+        assert sync.sync([Document("new", "x")], delete_missing=False).added == 1
+        report = sync.sync([], allow_mass_delete=True)
+        assert report.deleted == 4 and sync.count() == 0
+
+
+# ---------------------------------------------------------------------- search reads the collection's settings
+def test_search_needs_no_sync_flags(tmp_path, opts, capsys, tiny_folder, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 3, words=12)
+    code, _, err = run(capsys, ["sync", str(corpus), "--passage-tokens", "8", "--passage-overlap", "2", *opts])
+    assert code == 0, err
+    code, hits, err = run(capsys, ["search", "topic 1", "--granularity", "passage", *opts])
+    assert code == 0 and hits and all(h["passage"] is not None for h in hits), err
+    code, hits, _ = run(capsys, ["search", "topic 1", "--limit", "2", *opts])
+    assert code == 0 and len(hits) == 2 and all(h["passage"] is None for h in hits)
+    # Without --model either: the collection's own model.
+    no_model_opts = [o for o in opts if o not in ("--model", str(tiny_folder))]
+    monkeypatch.delenv("RECEMB_MODEL", raising=False)
+    code, hits, err = run(capsys, ["search", "topic 1", *no_model_opts])
+    assert code == 0 and hits, err
+    # A later sync adopts the collection's passages without repeating the flags; a contradiction is refused early.
+    (corpus / "doc000.txt").write_text("changed text " * 20)
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 0 and report["updated"] == 1, err
+
+
+def test_search_with_another_model_never_suggests_deleting(tmp_path, opts, capsys):
+    from tests.utils import save_transformers_checkpoint, transformers_model
+
+    corpus = make_corpus(tmp_path / "docs", 2)
+    assert run(capsys, ["sync", str(corpus), *opts])[0] == 0
+    other = save_transformers_checkpoint(transformers_model("g1", seed=1), tmp_path / "other")
+    argv = ["search", "q", "--model", str(other), "--qdrant-path", str(tmp_path / "store"), "--collection", "c"]
+    code, _, err = run(capsys, argv)
+    assert code == 2 and "cannot be searched with this model" in err
+    assert "delet" not in err.lower() and "written" not in err.lower()
+
+
+# ---------------------------------------------------------------------- huge files: bounded windows, progress
+def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folder, monkeypatch):
+    import recemb.core.embedder as embedder_module
+    from tests.utils import SAMPLE_TEXT
+
+    text = SAMPLE_TEXT.replace(". ", ", ") * 200  # one line, ~58K characters
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu", vertical_chunk_size=256)
+    reference = emb.tokenize([text])[0]
+    monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 1000)
+    window = 2000
+    original = emb.tokenizer.encode_stream
+    monkeypatch.setattr(emb.tokenizer, "encode_stream",
+                        lambda t, on_chars=None, window_chars=window: original(t, window_chars=window,
+                                                                               on_chars=on_chars))
+    widest: list[int] = []
+    inner = emb.tokenizer.tokenizer
+    calls = type(inner).__call__
+
+    def spy(self, texts, *a, **k):
+        widest.append(max(len(t) for t in ([texts] if isinstance(texts, str) else texts)))
+        return calls(self, texts, *a, **k)
+
+    monkeypatch.setattr(type(inner), "__call__", spy)
+    chars: list[int] = []
+    with closing(QdrantClient(":memory:")) as client:
+        sync = QdrantSync(client, "c", emb, passage_tokens=64, passage_overlap=16)
+        assert emb.streams(text)
+        stream = emb.tokenize_stream(text, on_chars=chars.append)
+        assert sum(list(stream), []) == reference and sum(chars) == len(text)  # progress during tokenization
+        widest.clear()
+        report = sync.sync([Document("big.txt", text)])
+        assert report.added == 1 and report.embedded_tokens == len(reference)
+        assert widest and max(widest) <= 2 * window  # the tokenizer never saw the whole text
+        point = client.retrieve("c", [sync_point_id("big.txt")], with_vectors=True)[0]
+        expected = emb.embed_token_ids([reference], normalize=True)[0].numpy()
+        np.testing.assert_allclose(point.vector, expected, rtol=1e-5, atol=1e-6)
+        body = len(reference) - 1
+        n_passages = client.count("c", exact=True).count - 1
+        assert n_passages == len(range(0, body - 16, 48))
+
+
+def sync_point_id(doc_id):
+    from recemb_integrations.qdrant import point_id
+
+    return point_id(doc_id)
+
+
+def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder):
+    corpus = make_corpus(tmp_path / "docs", 2, words=30)
+    code, report, err = run(capsys, ["sync", str(corpus), "--max-tokens", "20", *opts])
+    assert code == 0, err
+    assert len(report["warnings"]) == 2 and all("truncated to its first 20 tokens" in w for _, w in report["warnings"])
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu")
+    text = (corpus / "doc000.txt").read_text()
+    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
+        point = client.retrieve("c", [sync_point_id(str((corpus / "doc000.txt").resolve()))], with_vectors=True)[0]
+    assert point.payload["tokens"] == 20
+    np.testing.assert_allclose(point.vector, emb.encode_documents([text], max_length=20)[0], rtol=1e-5, atol=1e-6)
+    code, _, err = run(capsys, ["sync", str(corpus), "--max-tokens", "30", *opts])
+    assert code == 2 and "--max-tokens" in err  # the collection keeps one truncation
+
+
+# ---------------------------------------------------------------------- clear errors, right exit codes
+def test_qdrant_path_naming_a_file(tmp_path, capsys, no_model):
+    corpus = make_corpus(tmp_path / "docs", 1)
+    not_a_folder = tmp_path / "store.txt"
+    not_a_folder.write_text("keep me")
+    for command in (["sync", str(corpus)], ["search", "q"]):
+        code, _, err = run(capsys, command + ["--qdrant-path", str(not_a_folder)])
+        assert code == 2 and "is a file, not a folder" in err and len(err.strip().splitlines()) == 1
+    assert not_a_folder.read_text() == "keep me"
+
+
+def test_search_with_a_mistyped_store_path_creates_nothing(tmp_path, capsys, no_model):
+    typo = tmp_path / "stroe"
+    code, _, err = run(capsys, ["search", "q", "--qdrant-path", str(typo), "--collection", "c"])
+    assert code == 2 and "no embedded Qdrant store" in err and not typo.exists()
+    typo.mkdir()  # an existing folder that holds no store is not turned into one by a read
+    code, _, err = run(capsys, ["search", "q", "--qdrant-path", str(typo)])
+    assert code == 2 and list(typo.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--filter", "n=1.5"], "--filter 'n=1.5'"),
+    (["--filter", 'x={"a": 1}'], "a value must be"),
+    (["--filter", "x=[]"], "a value must be"),
+    (["--filter", "=3"], "expected KEY=VALUE"),
+])
+def test_bad_filters_are_one_line_errors_before_the_model(tmp_path, opts, capsys, argv, message, no_model):
+    code, _, err = run(capsys, ["search", "q", *argv, *opts])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_list_filter_matches_any(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 3)
+    (corpus / "doc000.txt").write_text("short")
+    assert run(capsys, ["sync", str(corpus), *opts])[0] == 0
+    sizes = sorted(p.stat().st_size for p in corpus.iterdir())
+    code, hits, err = run(capsys, ["search", "q", "--filter", f"bytes={json.dumps(sizes[:2])}", *opts])
+    assert code == 0 and sorted(h["metadata"]["bytes"] for h in hits) == sizes[:2], err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--passage-tokens", "0"], "argument --passage-tokens: must be at least 1"),
+    (["--passage-tokens", "x"], "argument --passage-tokens: expected a whole number"),
+    (["--passage-overlap", "-1"], "argument --passage-overlap: must be 0 or more"),
+    (["--batch-size", "0"], "argument --batch-size: must be at least 1"),
+    (["--max-tokens", "0"], "argument --max-tokens: must be at least 1"),
+    (["--vertical-chunk-size", "0"], "argument --vertical-chunk-size: must be at least 1"),
+])
+def test_bad_flag_values_are_refused_by_the_parser(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["sync", str(tmp_path), *flags])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_model_free_checks_run_before_the_model_loads(tmp_path, opts, capsys, no_model):
+    corpus = make_corpus(tmp_path / "docs", 2)
+    store = tmp_path / "store"
+    cases = [
+        (["sync", str(corpus), "--collection", "a/b"], "contains '/'"),
+        (["sync", str(tmp_path / "typo"), *opts], "nothing synced"),
+        (["sync", str(corpus), "--passage-tokens", "8", "--passage-overlap", "8", *opts], "must be smaller"),
+        (["sync", str(corpus), "--passage-overlap", "2", *opts], "needs --passage-tokens"),
+        (["search", "q", "--collection", "a:b", "--qdrant-path", str(store)], "contains ':'"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(capsys, argv)
+        assert code == 2 and message in err, (argv, err)
+    holder = QdrantClient(path=str(store))  # another process's embedded store
+    try:
+        code, _, err = run(capsys, ["sync", str(corpus), *opts])
+        assert code == 2 and "in use by another process" in err
+    finally:
+        holder.close()
+
+
+def test_collection_settings_are_checked_before_the_model_loads(tmp_path, opts, capsys, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 2)
+    assert run(capsys, ["sync", str(corpus), "--passage-tokens", "8", *opts])[0] == 0
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before a check that needs no model")
+
+    monkeypatch.setattr(cli, "load_embedder", refuse)
+    code, _, err = run(capsys, ["sync", str(corpus), "--passage-tokens", "16", *opts])
+    assert code == 2 and "built with --passage-tokens 8, not 16" in err
+    code, _, err = run(capsys, ["search", "q", "--collection", "nope", *opts[2:4]])
+    assert code == 2 and "does not exist" in err
+
+
+def test_special_files_links_and_loops_are_listed(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 1)
+    outside = make_corpus(tmp_path / "outside", 1)
+    os.mkfifo(corpus / "pipe.txt")
+    (corpus / "linked").symlink_to(outside, target_is_directory=True)
+    (corpus / "dangling.md").symlink_to(corpus / "nowhere.md")
+    (corpus / "loop.txt").symlink_to(corpus / "loop.txt")
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 0 and report["added"] == 1, err
+    reasons = {Path(p).name: why for p, why in report["skipped"]}
+    assert set(reasons) == {"pipe.txt", "linked", "dangling.md", "loop.txt"}
+    assert "FIFO" in reasons["pipe.txt"] and "not followed" in reasons["linked"]
+    assert "broken symbolic link" in reasons["dangling.md"] and "loop" in reasons["loop.txt"]
+    code = main(["sync", str(corpus), *opts])
+    out = capsys.readouterr().out
+    assert code == 0 and out.count("  skipped: ") == 4 and "pipe.txt: a FIFO (named pipe)" in out
+
+
+def test_empty_and_whitespace_documents_warn_and_skip_empty_leaves_them_out(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 2)
+    (corpus / "empty.txt").write_text("")
+    (corpus / "blank.md").write_text(" \n\t \n")
+    code, report, _ = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 0 and report["added"] == 4
+    warned = {Path(p).name: w for p, w in report["warnings"]}
+    assert "empty document" in warned["empty.txt"] and "only whitespace" in warned["blank.md"]
+    code, report, _ = run(capsys, ["sync", str(corpus), "--skip-empty", *opts])
+    assert code == 0 and report["deleted"] == 2 and len(report["warnings"]) == 2
+    assert [Path(d).name for d in stored_ids(tmp_path / "store")] == ["doc000.txt", "doc001.txt"]
+
+
+# ---------------------------------------------------------------------- interrupts, kills, two processes
+RUNNER = textwrap.dedent("""
+    # The real `recemb sync` in its own process, reporting each document point it writes (and each delete) to a
+    # progress file and pausing after it, so the test can interrupt or kill it at a known point.
+    import sys, time
+    import recemb_integrations.qdrant as q
+    from recemb_integrations.cli import main
+    progress, pause, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    q.DELETE_BATCH = 4
+    write_point = q.QdrantSync._write_document_point
+    def reporting_write(self, doc, *a, **k):
+        write_point(self, doc, *a, **k)
+        with open(progress, "a") as f:
+            f.write("wrote " + doc.id + "\\n")
+        time.sleep(pause)
+    q.QdrantSync._write_document_point = reporting_write
+    class ReportingClient:
+        def __init__(self, inner):
+            self.inner = inner
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+        def delete(self, *a, **k):
+            result = self.inner.delete(*a, **k)
+            with open(progress, "a") as f:
+                f.write("deleted\\n")
+            time.sleep(pause)
+            return result
+    import recemb_integrations.cli as cli
+    real_open = cli.open_qdrant
+    def reporting_open(*a, **k):
+        client, where = real_open(*a, **k)
+        return ReportingClient(client), where
+    cli.open_qdrant = reporting_open
+    sys.exit(main(argv))
+""")
+
+
+def start_runner(tmp_path, argv, pause=0.05):
+    script, progress = tmp_path / "runner.py", tmp_path / f"progress-{time.monotonic_ns()}"
+    script.write_text(RUNNER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, str(script), str(progress), str(pause), *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, progress
+
+
+def wait_for(proc, progress, word, count, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if progress.exists() and progress.read_text().count(word) >= count:
+            return
+        time.sleep(0.02)
+    out, err = proc.communicate() if proc.poll() is not None else ("", "")
+    raise AssertionError(f"the sync did not reach {count} x {word!r} (rc {proc.poll()}): {err[-2000:]}")
+
+
+def expected_state(store: Path, corpus: Path, tiny_folder, passage_tokens: int = 8):
+    """The collection holds exactly the corpus's files, each once, with its current hash and vector, and exactly
+    its passages (no duplicates, no orphans)."""
+    files = sorted(corpus.glob("*.txt"))
+    assert stored_ids(store) == sorted(str(f.resolve()) for f in files)
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu")
+    texts = [f.read_text() for f in files]
+    with closing(QdrantClient(path=str(store))) as client:
+        for f, text, vector in zip(files, texts, emb.encode_documents(texts)):
+            point = client.retrieve("c", [sync_point_id(str(f.resolve()))], with_vectors=True)[0]
+            assert point.payload["content_hash"] == content_hash(text)
+            np.testing.assert_allclose(point.vector, vector, rtol=1e-5, atol=1e-6)
+        n_passages = client.count("c", exact=True).count - len(files)
+    expected = sum(len(range(0, max(len(ids) - 1 - 0, 1), passage_tokens)) for ids in emb.tokenize(texts))
+    assert n_passages == expected
+
+
+def test_ctrl_c_ends_with_exit_130_and_a_consistent_collection(tmp_path, opts, tiny_folder, capsys):
+    corpus = make_corpus(tmp_path / "docs", 30)
+    argv = ["sync", str(corpus), "--passage-tokens", "8", "--batch-size", "1", *opts]
+    proc, progress = start_runner(tmp_path, argv)
+    wait_for(proc, progress, "wrote", 5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; the collection is consistent — run the same command again" in err
+    assert "Traceback" not in err
+    code, report, _ = run(capsys, argv)
+    assert code == 0 and report["unchanged"] >= 5 and report["added"] + report["unchanged"] == 30
+    expected_state(tmp_path / "store", corpus, tiny_folder)
+
+
+def test_sigkill_mid_sync_converges_on_rerun(tmp_path, opts, tiny_folder, capsys):
+    corpus = make_corpus(tmp_path / "docs", 30)
+    argv = ["sync", str(corpus), "--passage-tokens", "8", "--batch-size", "1", *opts]
+    proc, progress = start_runner(tmp_path, argv)
+    wait_for(proc, progress, "wrote", 5)
+    proc.kill()
+    proc.communicate()
+    code, report, _ = run(capsys, argv)
+    assert code == 0 and report["added"] + report["unchanged"] == 30 and report["unchanged"] >= 4
+    expected_state(tmp_path / "store", corpus, tiny_folder)
+
+
+def test_sigkill_mid_delete_converges_on_rerun(tmp_path, opts, tiny_folder, capsys):
+    corpus = make_corpus(tmp_path / "docs", 20)
+    argv = ["sync", str(corpus), "--passage-tokens", "8", *opts]
+    assert run(capsys, argv)[0] == 0
+    for f in sorted(corpus.glob("*.txt"))[4:]:
+        f.unlink()
+    proc, progress = start_runner(tmp_path, argv + ["--allow-mass-delete"], pause=0.5)
+    wait_for(proc, progress, "deleted", 2)  # 16 stale documents, deleted 4 per request
+    proc.kill()
+    proc.communicate()
+    remaining = len(stored_ids(tmp_path / "store"))
+    assert 4 < remaining < 20  # killed halfway through the deletion
+    code, report, _ = run(capsys, argv + ["--allow-mass-delete"])
+    assert code == 0 and report["unchanged"] == 4 and report["deleted"] == remaining - 4
+    expected_state(tmp_path / "store", corpus, tiny_folder)
+
+
+def test_two_processes_on_one_store(tmp_path, opts, tiny_folder, capsys, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 12)
+    argv = ["sync", str(corpus), "--passage-tokens", "8", "--batch-size", "1", *opts]
+    proc, progress = start_runner(tmp_path, argv, pause=0.2)
+    wait_for(proc, progress, "wrote", 1)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the store lock was checked")
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "load_embedder", refuse)
+        code, _, err = run(capsys, argv)
+        assert code == 2 and "in use by another process" in err
+        code, _, err = run(capsys, ["search", "q", *opts])
+        assert code == 2 and "in use by another process" in err
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    expected_state(tmp_path / "store", corpus, tiny_folder)
