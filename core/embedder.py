@@ -239,16 +239,21 @@ class Embedder:
                       show_progress_bar: bool | None = None) -> torch.Tensor:
         """Embed one text of any length in bounded memory: (dim,) fp32. The progress bar counts characters
         (tokenizing and embedding run interleaved); None shows it."""
-        total = self.count_tokens(text, prompt=prompt, max_length=max_length) if self.needs_whole_length else None
+        total = None
+        if self.needs_whole_length:
+            with tqdm(total=len(text), disable=show_progress_bar is False, unit="char", unit_scale=True,
+                      desc="Counting tokens") as bar:
+                total = self.count_tokens(text, prompt=prompt, max_length=max_length, on_chars=bar.update)
         with tqdm(total=len(text), disable=show_progress_bar is False, unit="char", unit_scale=True,
                   desc="Embedding") as bar:
             stream = self.tokenize_stream(text, prompt=prompt, max_length=max_length, on_chars=bar.update)
             return self.embed_stream(stream, total_tokens=total, normalize=normalize,
                                      vertical_chunk_size=vertical_chunk_size)
 
-    def count_tokens(self, text: str, prompt: str | None = None, max_length: int | None = None) -> int:
+    def count_tokens(self, text: str, prompt: str | None = None, max_length: int | None = None,
+                     on_chars=None) -> int:
         """Tokens of ``text`` after truncation, counted in bounded memory (a stream that is not embedded)."""
-        stream = self.tokenize_stream(text, prompt=prompt, max_length=max_length)
+        stream = self.tokenize_stream(text, prompt=prompt, max_length=max_length, on_chars=on_chars)
         for _ in stream:
             pass
         return stream.tokens

@@ -445,9 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recemb", description="Mamba2 text embeddings with constant memory.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def model_options(p, vertical=True):
+    def model_options(p, vertical=True, default="the bundled recemb-mamba2-mini"):
         p.add_argument("--model", help="model folder, bundled model name or Hugging Face id (default: $RECEMB_MODEL, "
-                                       "else the bundled recemb-mamba2-mini)")
+                                       f"else {default})")
         p.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
         if vertical:
             p.add_argument("--vertical-chunk-size", type=positive_int, help="tokens per vertical chunk (memory dial)")
@@ -574,10 +574,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=positive_int, default=10)
     p.add_argument("--instruction", help="query instruction or E5 task name (default: web search)")
-    p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE", help="metadata match (repeatable)")
+    p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                   help="metadata match (repeatable); a JSON list, e.g. tag='[\"a\",\"b\"]', matches any of its values")
     p.add_argument("--granularity", choices=["document", "passage", "any"], default="document")
     qdrant_options(p, sync=False)
-    model_options(p)
+    model_options(p, default="the model the collection was built with")
     p.set_defaults(run=cmd_search)
 
     p = commands.add_parser("embed", help="print embeddings as JSON lines (one text per stdin line, or files)")

@@ -492,7 +492,11 @@ class QdrantSync:
 
         emb, limit = self.embedder, self._token_limit()
         try:
-            total = emb.count_tokens(doc.text, max_length=limit) if emb.needs_whole_length else None
+            total = None
+            if emb.needs_whole_length:  # context extension is keyed by the whole length: count first
+                with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
+                          desc=_short(doc.id) + " (counting)") as bar:
+                    total = emb.count_tokens(doc.text, max_length=limit, on_chars=bar.update)
             with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
                       desc=_short(doc.id)) as bar:
                 stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update)

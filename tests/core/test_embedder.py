@@ -184,3 +184,24 @@ def test_long_texts_are_streamed_with_the_same_embeddings(tiny_folder, monkeypat
     single = emb.encode_stream(texts[1], show_progress_bar=False, max_length=20)
     np.testing.assert_allclose(single.numpy(), emb.encode(texts[1], max_length=20), rtol=1e-5, atol=1e-6)
     assert emb.count_tokens(texts[1]) == len(emb.tokenize([texts[1]])[0])
+
+
+def test_stream_with_context_extension_counts_first(tiny_folder, monkeypatch):
+    """Context extension is keyed by the whole length, so a stream is counted before it is embedded."""
+    import recemb.core.embedder as embedder_module
+    from recemb.core.context_extension import ContextExtension
+
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu", backend="torch", vertical_chunk_size=16)
+    heads = emb.config.num_heads
+    emb.model.context_extension = ContextExtension(
+        delta_scale=[0.7, 1.6], global_heads=[[True, False] * (heads // 2)] * 2,
+        thresholds={16: [[0.1] * heads] * 2, 256: [[0.3] * heads] * 2}, train_length=8, min_length=12)
+    assert emb.needs_whole_length
+    text = "a long text that goes on and on " * 20
+    ids = emb.tokenize([text])[0]
+    expected = emb.embed_token_ids([ids], normalize=True)[0]
+    monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 100)
+    assert torch.equal(emb.encode_stream(text, show_progress_bar=False), expected)
+    np.testing.assert_allclose(emb.encode([text, "short"])[0], expected.numpy(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="whole input length"):
+        emb.embed_stream([ids])
