@@ -320,3 +320,32 @@ def test_vectors_are_float_lists_of_model_dim(client, embedder):
     QdrantSync(client, "docs", embedder).sync(DOCS[:1])
     assert len(stored(client)["a.txt"].vector) == embedder.dim
     assert torch.tensor(stored(client)["a.txt"].vector).norm().item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_passage_windows_from_a_stream_equal_the_whole_list_rule():
+    """Windows cut as ids stream in equal the rule on the whole list: body windows of P every P - O tokens, the
+    last starting before the final O, each followed by the EOS; an empty body gives [EOS]."""
+    import random
+
+    from recemb_integrations.qdrant import PassageWindows
+
+    def whole_list_rule(ids, size, overlap):
+        body, eos = ids[:-1], ids[-1]
+        starts = range(0, max(len(body) - overlap, 1), size - overlap)
+        return [body[i : i + size] + [eos] for i in starts if body[i : i + size]] or [[eos]]
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        size = rng.randint(1, 12)
+        overlap = rng.randint(0, size - 1)
+        ids = [rng.randint(3, 99) for _ in range(rng.randint(0, 60))] + [1]
+        windows, got, i = PassageWindows(size, overlap, eos_token_id=1), [], 0
+        while i < len(ids):
+            step = rng.randint(0, 7)
+            got += windows.feed(ids[i : i + step])
+            i += step
+        got += windows.finish()
+        assert got == whole_list_rule(ids, size, overlap), (ids, size, overlap)
+        assert len(windows._buffer) <= size + 8  # bounded: a window plus a piece
+    with pytest.raises(ValueError, match="EOS"):
+        PassageWindows(4, 1, eos_token_id=1).finish()
