@@ -27,7 +27,11 @@ STREAM_MIN_CHARS = 1 << 18
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():  # torch's own error is an assertion deep inside
+        raise ValueError(f"device {str(device)!r} was asked for, but this torch sees no CUDA device; use "
+                         "device='cpu' (or leave it unset)")
+    return resolved
 
 
 def set_context_extension(model, mode: str) -> None:

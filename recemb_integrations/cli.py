@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import sys
+import warnings
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,12 +36,29 @@ def default_qdrant_path() -> Path:
     return Path(os.environ.get("RECEMB_QDRANT_PATH") or Path(user_data_dir("recemb")) / "qdrant")
 
 
+def chosen_model(args: argparse.Namespace) -> str | None:
+    """The model the user named (--model, else $RECEMB_MODEL), or None."""
+    return args.model or os.environ.get("RECEMB_MODEL") or None
+
+
 def load_embedder(args: argparse.Namespace, model: str | None = None):
+    """The named model, else ``model`` (a collection's recorded one), else the bundled default. Its ``name`` is
+    what a collection records: an absolute path for a local folder, so a search from another folder finds it."""
     from recemb.core import DEFAULT_MODEL, Embedder
 
-    model = model or args.model or os.environ.get("RECEMB_MODEL") or DEFAULT_MODEL
-    return Embedder.from_pretrained(model, device=args.device, vertical_chunk_size=args.vertical_chunk_size,
-                                    context_extension=getattr(args, "context_extension", None) or "auto")
+    recorded = model is not None and not chosen_model(args)
+    model = chosen_model(args) or model or DEFAULT_MODEL
+    local = Path(model).expanduser()
+    name = str(local.resolve()) if local.is_dir() else model
+    try:
+        embedder = Embedder.from_pretrained(name, device=args.device, vertical_chunk_size=args.vertical_chunk_size,
+                                            context_extension=getattr(args, "context_extension", None) or "auto")
+    except (FileNotFoundError, OSError, ValueError) as e:
+        if recorded:
+            raise CommandError(f"the collection was built with model {model!r}, which cannot be loaded here ({e}); "
+                               "pass --model") from e
+        raise
+    return embedder
 
 
 def open_qdrant(args: argparse.Namespace, create: bool = True):
@@ -49,8 +67,14 @@ def open_qdrant(args: argparse.Namespace, create: bool = True):
     ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error."""
     from qdrant_client import QdrantClient
 
-    url = args.qdrant_url or os.environ.get("QDRANT_URL")
+    if args.qdrant_url and args.qdrant_path:
+        raise CommandError("--qdrant-url and --qdrant-path name two different stores; give one")
+    # An explicit --qdrant-path beats $QDRANT_URL: the store the user named is the one written to.
+    url = args.qdrant_url or (os.environ.get("QDRANT_URL") if args.qdrant_path is None else None)
     if url:
+        # The client checks the server's version in a thread and warns in several lines when it cannot reach it;
+        # the first call of the command reports an unreachable server in one line instead.
+        warnings.filterwarnings("ignore", message="Failed to obtain server version")
         return QdrantClient(url=url, api_key=os.environ.get("QDRANT_API_KEY"), timeout=60), url
     given = args.qdrant_path if args.qdrant_path is not None else os.environ.get("RECEMB_QDRANT_PATH")
     if given is not None and not given.strip():
@@ -64,6 +88,9 @@ def open_qdrant(args: argparse.Namespace, create: bool = True):
         where = "--qdrant-path " + str(path) if given else f"the default store {path}"
         raise CommandError(f"there is no embedded Qdrant store at {where}; check the path, or run `recemb sync` "
                            "first")
+    if create and path.is_dir() and not (path / "meta.json").is_file() and any(path.iterdir()):
+        raise CommandError(f"{path} holds other files but no Qdrant store; give --qdrant-path a new or empty "
+                           "folder (a store writes its own files there)")
     if create:
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -113,7 +140,10 @@ def _kind(path: Path) -> tuple[str, str]:
 def _walk(folder: Path, out: Sources, files: dict[Path, None]) -> None:
     """Text files under folder, recursively; hidden entries ignored; links to folders, loops, broken links and
     special files listed as skipped."""
-    for root, dirs, names in os.walk(folder, followlinks=False):
+    def unreadable(error: OSError) -> None:  # a folder that cannot be listed is not an empty folder
+        out.missing.append((error.filename or str(folder), f"cannot list this folder: {error.strerror or error}"))
+
+    for root, dirs, names in os.walk(folder, followlinks=False, onerror=unreadable):
         root_path = Path(root)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for d in dirs:
@@ -124,7 +154,9 @@ def _walk(folder: Path, out: Sources, files: dict[Path, None]) -> None:
                 continue
             path = root_path / name
             kind, why = _kind(path)
-            if kind == "file":
+            if kind == "file" and not _utf8_name(path):
+                out.skipped.append((_printable(path), "file name is not valid UTF-8 (rename it to sync it)"))
+            elif kind == "file":
                 if path.suffix.lower() in TEXT_SUFFIXES:
                     files[path.resolve()] = None
             elif kind == "dir":  # a link to a folder that os.walk listed as a file cannot happen; be safe
@@ -156,9 +188,26 @@ def collect_files(paths: list[str]) -> Sources:
     return out
 
 
+def _utf8_name(path: Path) -> bool:
+    try:
+        str(path.resolve()).encode("utf-8")  # ids are paths, stored as UTF-8 strings
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _printable(path: Path) -> str:
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _add(path: Path, out: Sources, files: dict[Path, None], explicit: bool) -> None:
+    if path.is_absolute() and path.resolve() == Path("/"):
+        raise CommandError(f"{path} is the filesystem root; refusing to sync the whole filesystem (an unset "
+                           "shell variable before a '/'?)")
     kind, why = _kind(path)
-    if kind == "file":
+    if kind == "file" and not _utf8_name(path):
+        out.skipped.append((_printable(path), "file name is not valid UTF-8 (rename it to sync it)"))
+    elif kind == "file":
         files[path.resolve()] = None
     elif kind == "dir":
         _walk(path, out, files)
@@ -176,17 +225,18 @@ def read_documents(files: list[Path]):
     for f in files:
         doc_id = f.as_posix()
         try:
-            text = f.read_bytes().decode("utf-8")
+            raw = f.read_bytes()
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             failed.append((doc_id, f"not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                                   "convert it to UTF-8 to sync it"))
+                                   "convert it to UTF-8"))
             unreadable.append(doc_id)
             continue
         except OSError as e:
             failed.append((doc_id, f"cannot read: {e.strerror or e}"))
             unreadable.append(doc_id)
             continue
-        docs.append(Document(doc_id, text, {"file_name": f.name, "suffix": f.suffix.lower(), "bytes": f.stat().st_size}))
+        docs.append(Document(doc_id, text, {"file_name": f.name, "suffix": f.suffix.lower(), "bytes": len(raw)}))
     return docs, failed, unreadable
 
 
@@ -294,7 +344,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise CommandError(f"--passage-overlap {settings['passage_overlap']} must be smaller than "
                                f"--passage-tokens {settings['passage_tokens']}") from None
         docs, failed, unreadable = read_documents(sources.files)
-        embedder = load_embedder(args)
+        if failed and not docs and not args.keep_missing:
+            raise CommandError(f"none of the {len(failed)} files could be read ({failed[0][0]}: {failed[0][1]}); "
+                               "nothing synced or deleted")
+        # An existing collection's own model unless one is named, as for search.
+        embedder = load_embedder(args, model=recorded.get("model") if recorded else None)
         sync = QdrantSync(client, args.collection, embedder, store_text=args.store_text,
                           batch_size=args.batch_size, **settings)
         report = sync.sync(docs, delete_missing=not args.keep_missing, keep_ids=unreadable,
@@ -337,6 +391,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from recemb_integrations.qdrant import QdrantSync, check_collection_name, collection_settings
 
     check_collection_name(args.collection)
+    if not args.query.strip():
+        raise CommandError("the query is empty (an unset shell variable?)")
     filters = dict(_parse_filter(f) for f in args.filter)
     client, where = open_qdrant(args, create=False)
     with closing(client):
@@ -347,8 +403,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             raise CommandError(f"collection {args.collection!r} has no passages (it was synced without "
                                "--passage-tokens); search documents instead")
         # The collection's own model unless one is named: search needs no flag the sync had.
-        chosen = args.model or os.environ.get("RECEMB_MODEL")
-        embedder = load_embedder(args, model=None if chosen else recorded.get("model"))
+        embedder = load_embedder(args, model=recorded.get("model"))
         hits = QdrantSync.open(client, args.collection, embedder).search(
             args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
             granularity=args.granularity)
@@ -367,6 +422,8 @@ def _parse_filter(spec: str) -> tuple[str, object]:
     if "=" not in spec or not spec.split("=", 1)[0]:
         raise CommandError(f"--filter {spec!r}: expected KEY=VALUE")
     key, value = spec.split("=", 1)
+    if not value.strip():
+        raise CommandError(f"--filter {spec!r}: the value is empty (an unset shell variable?)")
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError:
@@ -391,6 +448,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
         embedder = load_embedder(args)
         failed = []
         lines = [line.rstrip("\n") for line in sys.stdin]
+        for i, line in enumerate(lines):
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:  # stdin decodes undecodable bytes to surrogates
+                raise CommandError(f"stdin line {i + 1} is not valid UTF-8; convert the input to UTF-8") from None
         ids, texts = [str(i) for i in range(len(lines))], lines
     vectors = (embedder.encode_queries(texts, instruction=args.instruction) if args.query
                else embedder.encode_documents(texts))
@@ -597,10 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _refuse_blank_options(args: argparse.Namespace) -> None:
     """A flag given an empty value (an unset shell variable) must not fall back to a default store or model."""
+    positional = {"info": {"model"}, "train": {"model"}, "calibrate": {"model"}}.get(args.command, set())
     for name in ("model", "qdrant_url", "qdrant_path", "collection", "tokenizer"):
         value = getattr(args, name, None)
         if isinstance(value, str) and not value.strip():
-            raise CommandError(f"--{name.replace('_', '-')} is empty (an unset shell variable?); nothing was done")
+            label = name.upper() if name in positional else "--" + name.replace("_", "-")
+            raise CommandError(f"{label} is empty (an unset shell variable?); nothing was done")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -617,12 +681,23 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as e:
         print(f"recemb {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except OSError as e:  # a file or folder problem the checks did not foresee: its message, not a traceback
-        print(f"recemb {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except (ValueError, ImportError, TypeError, RuntimeError) as e:
-        print(f"recemb {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+    except Exception as e:
+        if type(e).__module__.startswith("qdrant_client") or type(e).__name__ in ("RpcError", "_InactiveRpcError"):
+            # A server that cannot be reached or refuses: retries are spent. Writes were acknowledged one by one.
+            tail = ("; the collection is consistent — run the same command again once the server answers"
+                    if args.command == "sync" else "")
+            print(f"recemb {args.command}: error: Qdrant: {_one_line(e)}{tail}", file=sys.stderr)
+            return EXIT_ERROR
+        # File problems the checks did not foresee, bad values, missing extras: their message, not a traceback.
+        if isinstance(e, (OSError, ValueError, ImportError, TypeError, RuntimeError)):
+            print(f"recemb {args.command}: error: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        raise
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
 
 
 if __name__ == "__main__":

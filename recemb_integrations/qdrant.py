@@ -685,13 +685,15 @@ def metadata_condition(key: str, value: Any):
     Anything else (floats, null, objects, mixed lists) is a ValueError that says so, before Qdrant sees it."""
     if not isinstance(key, str) or not key:
         raise ValueError(f"filter key {key!r} must be a non-empty string")
-    if isinstance(value, (str, bool, int)):
+    def int64(v) -> bool:  # Qdrant stores integers as 64-bit
+        return isinstance(v, int) and not isinstance(v, bool) and -(2 ** 63) <= v < 2 ** 63
+
+    if isinstance(value, (str, bool)) or int64(value):
         return _match(f"metadata.{key}", value)
-    if isinstance(value, list) and value and (all(isinstance(v, str) for v in value) or all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    if isinstance(value, list) and value and (all(isinstance(v, str) for v in value) or all(map(int64, value))):
         return models.FieldCondition(key=f"metadata.{key}", match=models.MatchAny(any=value))
-    raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, an integer, true/false, or a "
-                     "non-empty list of strings or of integers (any of them matches)")
+    raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, a 64-bit integer, true/false, "
+                     "or a non-empty list of strings or of integers (any of them matches)")
 
 
 def _match(key: str, value: Any):

@@ -492,3 +492,107 @@ def test_two_processes_on_one_store(tmp_path, opts, tiny_folder, capsys, monkeyp
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     expected_state(tmp_path / "store", corpus, tiny_folder)
+
+
+# ---------------------------------------------------------------------- found by a careless-user pass
+def test_a_folder_that_cannot_be_listed_is_not_an_empty_folder(tmp_path, opts, capsys, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 2)
+    make_corpus(corpus / "sub", 2)
+    assert run(capsys, ["sync", str(corpus), *opts])[0] == 0
+    before = stored_ids(tmp_path / "store")
+    real_walk = os.walk
+
+    def walk_without_permission(top, **kwargs):  # what chmod 000 does to a non-root user
+        for root, dirs, names in real_walk(top, **kwargs):
+            if "sub" in dirs:
+                dirs.remove("sub")
+                kwargs["onerror"](PermissionError(13, "Permission denied", os.path.join(root, "sub")))
+            yield root, dirs, names
+
+    monkeypatch.setattr(cli.os, "walk", walk_without_permission)
+    code, _, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 2 and "cannot list this folder: Permission denied" in err and "nothing synced" in err
+    assert stored_ids(tmp_path / "store") == before
+    code, report, _ = run(capsys, ["sync", str(corpus), "--keep-missing", *opts])
+    assert code == 1 and report["deleted"] == 0 and stored_ids(tmp_path / "store") == before
+
+
+def test_an_explicit_store_path_beats_the_server_in_the_environment(tmp_path, opts, capsys, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 1)
+    monkeypatch.setenv("QDRANT_URL", "http://127.0.0.1:1")
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 0 and report["qdrant"] == str(tmp_path / "store"), err
+    code, _, err = run(capsys, ["sync", str(corpus), "--qdrant-url", "http://127.0.0.1:1", *opts])
+    assert code == 2 and "two different stores" in err
+
+
+def test_an_unreachable_server_is_one_line(tmp_path, capsys):
+    corpus = make_corpus(tmp_path / "docs", 1)
+    for argv in (["sync", str(corpus)], ["search", "q"]):
+        code, _, err = run(capsys, argv + ["--qdrant-url", "http://127.0.0.1:1", "--collection", "c"])
+        assert code == 2 and "error: Qdrant:" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_nothing_readable_deletes_nothing(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 3)
+    assert run(capsys, ["sync", str(corpus), *opts])[0] == 0
+    bad = tmp_path / "latin1.md"
+    bad.write_bytes("caf\xe9".encode("latin-1"))
+    code, _, err = run(capsys, ["sync", str(bad), *opts])
+    assert code == 2 and "none of the 1 files could be read" in err and len(stored_ids(tmp_path / "store")) == 3
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_alone(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 2)
+    (corpus / os.fsdecode(b"bad\xff.md")).write_text("a file with an undecodable name")
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 0 and report["added"] == 2, err
+    assert len(report["skipped"]) == 1 and "not valid UTF-8" in report["skipped"][0][1]
+
+
+def test_a_relative_model_path_is_recorded_so_search_finds_it_anywhere(tmp_path, tiny_folder, capsys,
+                                                                       monkeypatch):
+    import shutil
+
+    corpus = make_corpus(tmp_path / "docs", 2)
+    shutil.copytree(tiny_folder, tmp_path / "my-model")
+    store = ["--qdrant-path", str(tmp_path / "store"), "--collection", "c"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RECEMB_MODEL", raising=False)
+    assert run(capsys, ["sync", str(corpus), "--model", "my-model", *store])[0] == 0
+    monkeypatch.chdir(corpus)
+    code, hits, err = run(capsys, ["search", "topic", *store])
+    assert code == 0 and len(hits) == 2, err
+    (corpus / "doc000.txt").write_text("changed")
+    code, report, err = run(capsys, ["sync", str(corpus), *store])  # no --model: the collection's own
+    assert code == 0 and report["updated"] == 1, err
+
+
+def test_store_cli_slips(tmp_path, opts, capsys, no_model, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 1)
+    cases = [
+        (["search", "  ", *opts], "the query is empty"),
+        (["search", "q", "--filter", "k=", *opts], "the value is empty"),
+        (["search", "q", "--filter", "n=99999999999999999999999", *opts], "64-bit integer"),
+        (["sync", str(corpus), "--qdrant-path", str(corpus), "--collection", "c"], "holds other files but no Qdrant"),
+        (["sync", "/", *opts], "filesystem root"),
+        (["info", ""], "MODEL is empty"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(capsys, argv)
+        assert code == 2 and message in err, (argv, err)
+    assert sorted(p.name for p in corpus.iterdir()) == ["doc000.txt"]  # no store written into the documents
+
+
+def test_device_and_stdin_slips(tiny_folder, capsys, monkeypatch):
+    import io
+
+    import torch
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"fine\ncaf\xe9\n"), errors="surrogateescape"))
+    code, _, err = run(capsys, ["embed", "--model", str(tiny_folder)], json_out=False)
+    assert code == 2 and "stdin line 2 is not valid UTF-8" in err
+    if not torch.cuda.is_available():
+        code, _, err = run(capsys, ["embed", "--model", str(tiny_folder), "--device", "cuda"], json_out=False)
+        assert code == 2 and "no CUDA device" in err and len(err.strip().splitlines()) == 1
