@@ -376,8 +376,9 @@ def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
              "max_tokens": "--max-tokens"}
     if recorded is None:
         return {**given, "passage_overlap": given["passage_overlap"] or 0}
-    kept = {"passage_tokens": recorded.get("passage_tokens"), "passage_overlap": recorded.get("passage_overlap") or 0,
-            "max_tokens": recorded.get("max_tokens")}
+    from recemb_integrations.qdrant import recorded_layout
+
+    kept = recorded_layout(recorded)
     for key, value in given.items():
         if value is not None and value != kept[key] and not (key == "passage_overlap" and value == 0
                                                              and not kept["passage_tokens"]):

@@ -97,11 +97,21 @@ def collection_settings(client, collection: str) -> dict[str, Any] | None:
     A collection without recemb metadata is a CollectionMismatchError."""
     if not client.collection_exists(collection):
         return None
-    recorded = (client.get_collection(collection).config.metadata or {}).get(META_KEY)
+    return _recorded_metadata(client.get_collection(collection), collection)
+
+
+def _recorded_metadata(info, collection: str) -> dict[str, Any]:
+    recorded = (info.config.metadata or {}).get(META_KEY)
     if recorded is None:
         raise CollectionMismatchError(f"collection {collection!r} was not created by recemb (no '{META_KEY}' "
                                       "metadata); use another collection name")
     return recorded
+
+
+def recorded_layout(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The QdrantSync settings a collection records (passages, truncation), as constructor keywords."""
+    return {"passage_tokens": recorded.get("passage_tokens"), "passage_overlap": recorded.get("passage_overlap") or 0,
+            "max_tokens": recorded.get("max_tokens")}
 
 
 @dataclass
@@ -240,9 +250,7 @@ class QdrantSync:
         recorded = collection_settings(client, check_collection_name(collection))
         if recorded is None:
             raise CollectionMismatchError(f"collection {collection!r} does not exist; sync documents first")
-        settings = {"passage_tokens": recorded.get("passage_tokens"),
-                    "passage_overlap": recorded.get("passage_overlap") or 0, "max_tokens": recorded.get("max_tokens")}
-        return cls(client, collection, embedder, **{**settings, **kwargs})
+        return cls(client, collection, embedder, **{**recorded_layout(recorded), **kwargs})
 
     # ------------------------------------------------------------------ collection
     @property
@@ -289,14 +297,8 @@ class QdrantSync:
             self._verified = True
             return
         info = self._call(self.client.get_collection, self.collection)
-        recorded = (info.config.metadata or {}).get(META_KEY)
-        params = info.config.params.vectors
-        size = getattr(params, "size", None)
-        if recorded is None:
-            raise CollectionMismatchError(
-                f"collection {self.collection!r} was not created by recemb (no '{META_KEY}' metadata); "
-                "use another collection name"
-            )
+        recorded = _recorded_metadata(info, self.collection)
+        size = getattr(info.config.params.vectors, "size", None)
         problems = []
         if recorded.get("dim") != self.embedder.dim or (size is not None and size != self.embedder.dim):
             problems.append(f"dimension {recorded.get('dim')} (collection) vs {self.embedder.dim} (model)")
@@ -313,9 +315,8 @@ class QdrantSync:
                 raise CollectionMismatchError(
                     f"collection {self.collection!r} cannot be searched with this model: " + "; ".join(problems)
                     + f". Search it with the model it was built with ({recorded.get('model')!r}).")
-            self.passage_tokens = recorded.get("passage_tokens")
-            self.passage_overlap = recorded.get("passage_overlap") or 0
-            self.max_tokens = recorded.get("max_tokens")
+            for key, value in recorded_layout(recorded).items():
+                setattr(self, key, value)
             self._read_checked = True
             return
         for key in ("passage_tokens", "passage_overlap", "max_length", "max_tokens"):
@@ -456,9 +457,14 @@ class QdrantSync:
         limits = [n for n in (self.max_tokens, self.embedder.max_length) if n is not None]
         return min(limits) if limits else None
 
-    def _note_truncation(self, doc: Document, stream: TokenStream, report: SyncReport) -> None:
+    def _complete(self, doc: Document, action: str, vector, stream: TokenStream, n_passages: int,
+                  report: SyncReport, done) -> None:
+        """Write the document's own point (after its passages) and account for it."""
         if stream.truncated:
             report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
+        self._write_document_point(doc, vector, stream.tokens, n_passages, existing_doc=action == "updated")
+        report.embedded_tokens += stream.tokens
+        done(doc, action)
 
     def _sync_batch(self, batch: list[tuple[Document, str]], report: SyncReport, done,
                     show_progress_bar: bool | None) -> None:
@@ -476,15 +482,12 @@ class QdrantSync:
         vectors = self.embedder.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar)
         vectors = vectors.cpu().numpy()
         for (doc, action), vector, doc_ids, stream in zip(batch, vectors, ids, streams):
-            self._note_truncation(doc, stream, report)
             n_passages = 0
             if self.passage_tokens:
                 passages = _PassageWriter(self, doc)
                 passages.feed(doc_ids)
                 n_passages = passages.close()
-            self._write_document_point(doc, vector, len(doc_ids), n_passages, existing_doc=action == "updated")
-            report.embedded_tokens += len(doc_ids)
-            done(doc, action)
+            self._complete(doc, action, vector, stream, n_passages, report, done)
 
     def _sync_streamed(self, doc: Document, action: str, report: SyncReport, done, show: bool) -> None:
         """A long document: tokenized in windows, embedded as a stream, passages cut from the same stream."""
@@ -513,11 +516,7 @@ class QdrantSync:
         except TokenizationError as e:
             report.failed.append((doc.id, str(e)))
             return
-        self._note_truncation(doc, stream, report)
-        self._write_document_point(doc, vector.cpu().numpy(), stream.tokens, n_passages,
-                                   existing_doc=action == "updated")
-        report.embedded_tokens += stream.tokens
-        done(doc, action)
+        self._complete(doc, action, vector.cpu().numpy(), stream, n_passages, report, done)
 
     def _write_document_point(self, doc: Document, vector, n_tokens: int, n_passages: int,
                               existing_doc: bool) -> None:
