@@ -53,7 +53,7 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
     try:
         embedder = Embedder.from_pretrained(name, device=args.device, vertical_chunk_size=args.vertical_chunk_size,
                                             context_extension=getattr(args, "context_extension", None) or "auto")
-    except (FileNotFoundError, OSError, ValueError) as e:
+    except (OSError, ValueError) as e:
         if recorded:
             raise CommandError(f"the collection was built with model {model!r}, which cannot be loaded here ({e}); "
                                "pass --model") from e
@@ -129,6 +129,8 @@ def _kind(path: Path) -> tuple[str, str]:
             return "missing", "no such file or folder"
         return "skip", f"cannot read: {e.strerror or e}"
     if stat.S_ISREG(st.st_mode):
+        if not _utf8_name(path):
+            return "skip", "file name is not valid UTF-8 (rename it to sync it)"
         return "file", ""
     if stat.S_ISDIR(st.st_mode):
         return "dir", ""
@@ -154,15 +156,13 @@ def _walk(folder: Path, out: Sources, files: dict[Path, None]) -> None:
                 continue
             path = root_path / name
             kind, why = _kind(path)
-            if kind == "file" and not _utf8_name(path):
-                out.skipped.append((_printable(path), "file name is not valid UTF-8 (rename it to sync it)"))
-            elif kind == "file":
+            if kind == "file":
                 if path.suffix.lower() in TEXT_SUFFIXES:
                     files[path.resolve()] = None
-            elif kind == "dir":  # a link to a folder that os.walk listed as a file cannot happen; be safe
-                out.skipped.append((str(path), "symbolic link to a folder (not followed)"))
+            elif kind == "dir":  # os.walk lists links to folders among the folders; be safe all the same
+                out.skipped.append((_printable(path), "symbolic link to a folder (not followed)"))
             else:
-                out.skipped.append((str(path), why))
+                out.skipped.append((_printable(path), why))
 
 
 def collect_files(paths: list[str]) -> Sources:
@@ -205,16 +205,14 @@ def _add(path: Path, out: Sources, files: dict[Path, None], explicit: bool) -> N
         raise CommandError(f"{path} is the filesystem root; refusing to sync the whole filesystem (an unset "
                            "shell variable before a '/'?)")
     kind, why = _kind(path)
-    if kind == "file" and not _utf8_name(path):
-        out.skipped.append((_printable(path), "file name is not valid UTF-8 (rename it to sync it)"))
-    elif kind == "file":
+    if kind == "file":
         files[path.resolve()] = None
     elif kind == "dir":
         _walk(path, out, files)
     elif kind == "missing" or (explicit and path.is_symlink()):  # a named path that leads nowhere: maybe a typo
-        out.missing.append((str(path), why))
+        out.missing.append((_printable(path), why))
     else:
-        out.skipped.append((str(path), why))
+        out.skipped.append((_printable(path), why))
 
 
 def read_documents(files: list[Path]):
@@ -327,7 +325,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     check_collection_name(args.collection)
     sources = collect_files(args.paths)
     if not sources.files and not sources.missing:
-        raise CommandError(f"no {'/'.join(TEXT_SUFFIXES)} files under {' '.join(args.paths)}")
+        skipped = f" ({len(sources.skipped)} skipped, e.g. {': '.join(sources.skipped[0])})" if sources.skipped else ""
+        raise CommandError(f"no {'/'.join(TEXT_SUFFIXES)} files under {' '.join(args.paths)}{skipped}")
     if sources.missing and not args.keep_missing:
         # A mistyped path must not wipe the collection through delete_missing.
         raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]} (nothing synced; pass --keep-missing "

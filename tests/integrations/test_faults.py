@@ -549,6 +549,12 @@ def test_a_file_name_that_is_not_utf8_is_skipped_alone(tmp_path, opts, capsys):
     code, report, err = run(capsys, ["sync", str(corpus), *opts])
     assert code == 0 and report["added"] == 2, err
     assert len(report["skipped"]) == 1 and "not valid UTF-8" in report["skipped"][0][1]
+    code, _, err = run(capsys, ["sync", str(corpus / "*.md"), *opts])  # a glob whose one match is that file
+    assert code == 2 and "not valid UTF-8" in err
+    (corpus / "good.md").write_text("a good name")
+    code, report, err = run(capsys, ["sync", str(corpus / "*.md"), *opts])
+    assert code == 0 and report["added"] == 1 and len(report["skipped"]) == 1, err
+    assert "not valid UTF-8" in report["skipped"][0][1]
 
 
 def test_a_relative_model_path_is_recorded_so_search_finds_it_anywhere(tmp_path, tiny_folder, capsys,
