@@ -26,6 +26,7 @@ from recemb.core import Embedder  # noqa: E402
 from recemb_integrations import cli  # noqa: E402
 from recemb_integrations.cli import main  # noqa: E402
 from recemb_integrations.qdrant import Document, MassDeletionError, QdrantSync, content_hash  # noqa: E402
+from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
 
 
 # ---------------------------------------------------------------------- helpers
@@ -211,15 +212,14 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         point = client.retrieve("c", [sync_point_id("big.txt")], with_vectors=True)[0]
         expected = emb.embed_token_ids([reference], normalize=True)[0].numpy()
         np.testing.assert_allclose(point.vector, expected, rtol=1e-5, atol=1e-6)
-        body = len(reference) - 1
-        n_passages = client.count("c", exact=True).count - 1
-        assert n_passages == len(range(0, body - 16, 48))
-
-
-def sync_point_id(doc_id):
-    from recemb_integrations.qdrant import point_id
-
-    return point_id(doc_id)
+        body, eos = reference[:-1], reference[-1]
+        windows = [body[i : i + 64] + [eos] for i in range(0, len(body) - 16, 48)]  # the whole-list rule
+        passages, _ = client.scroll("c", scroll_filter=qm.Filter(must=[qm.FieldCondition(
+            key="kind", match=qm.MatchValue(value="passage"))]), limit=10_000, with_vectors=True)
+        assert sorted(p.payload["passage"] for p in passages) == list(range(len(windows)))
+        expected = emb.embed_token_ids(windows, normalize=True).numpy()
+        for p in passages:
+            np.testing.assert_allclose(p.vector, expected[p.payload["passage"]], rtol=1e-5, atol=1e-6)
 
 
 def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder):
@@ -426,7 +426,7 @@ def expected_state(store: Path, corpus: Path, tiny_folder, passage_tokens: int =
             assert point.payload["content_hash"] == content_hash(text)
             np.testing.assert_allclose(point.vector, vector, rtol=1e-5, atol=1e-6)
         n_passages = client.count("c", exact=True).count - len(files)
-    expected = sum(len(range(0, max(len(ids) - 1 - 0, 1), passage_tokens)) for ids in emb.tokenize(texts))
+    expected = sum(len(range(0, max(len(ids) - 1, 1), passage_tokens)) for ids in emb.tokenize(texts))
     assert n_passages == expected
 
 
