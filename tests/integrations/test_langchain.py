@@ -1,4 +1,4 @@
-"""RecEmbEmbeddings: LangChain's standard suites, the shared model, async, and langchain-qdrant."""
+"""RecEmbEmbeddings: LangChain's standard suites, the shared model, async, langchain-qdrant dense and hybrid."""
 
 import asyncio
 import time
@@ -15,6 +15,14 @@ from langchain_tests.unit_tests import EmbeddingsUnitTests  # noqa: E402
 from recemb.core import Embedder  # noqa: E402
 from recemb_integrations.langchain import RecEmbEmbeddings  # noqa: E402
 from tests.integrations.conftest import tiny_model_dir  # noqa: E402
+from tests.integrations.hybrid import (  # noqa: E402
+    CORPUS,
+    QUERIES,
+    assert_no_near_ties,
+    bm25_ranking,
+    dense_ranking,
+    reciprocal_rank_fusion,
+)
 from tests.utils import SAMPLE_TEXT  # noqa: E402
 
 
@@ -123,3 +131,137 @@ def test_langchain_qdrant_store(reference, monkeypatch):
         food = store.similarity_search("anything", k=3, filter=qm.Filter(must=[qm.FieldCondition(
             key="metadata.topic", match=qm.MatchValue(value="food"))]))
         assert [d.page_content for d in food] == ["bread needs a long fermentation"]
+
+
+# Hybrid retrieval: recemb's dense vectors and recemb's BM25 through langchain-qdrant, against brute force.
+
+
+@pytest.fixture(scope="module")
+def bm25():
+    pytest.importorskip("langchain_qdrant")
+    from recemb_integrations.sparse import Bm25
+
+    return Bm25()
+
+
+def test_bm25_sparse_embeddings_are_recemb_bm25_vectors():
+    pytest.importorskip("langchain_qdrant")
+    from langchain_qdrant import SparseEmbeddings, SparseVector
+
+    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.sparse import Bm25
+
+    sparse = RecEmbBm25SparseEmbeddings(avg_len=8.0, k=1.5, b=0.5)
+    assert isinstance(sparse, SparseEmbeddings)
+    texts = [*CORPUS[:3], ""]
+    expected = Bm25(avg_len=8.0, k=1.5, b=0.5).embed_documents(texts)  # the settings reach the encoder
+    got = sparse.embed_documents(texts)
+    assert all(isinstance(v, SparseVector) for v in got)
+    assert [(v.indices, v.values) for v in got] == [(list(e.indices), list(e.values)) for e in expected]
+    query = sparse.embed_query("Moon and tides")
+    assert (query.indices, query.values) == (list(Bm25().embed_query("Moon and tides").indices), [1.0, 1.0])
+
+
+async def test_bm25_sparse_embeddings_async():
+    pytest.importorskip("langchain_qdrant")
+    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+
+    sparse = RecEmbBm25SparseEmbeddings()
+    assert await sparse.aembed_documents(CORPUS[:2]) == sparse.embed_documents(CORPUS[:2])
+    assert await sparse.aembed_query("moon") == sparse.embed_query("moon")
+
+
+@pytest.fixture(scope="module", params=["from_texts", "own_collection"])
+def hybrid_store(request, reference):
+    """A HYBRID store over CORPUS whose sparse vector has Modifier.IDF, built the two ways a user would."""
+    pytest.importorskip("langchain_qdrant")
+    from langchain_qdrant import QdrantVectorStore, RetrievalMode
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as qm
+
+    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+
+    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    if request.param == "from_texts":
+        store = QdrantVectorStore.from_texts(
+            CORPUS, embedding=emb, sparse_embedding=RecEmbBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
+            sparse_vector_params={"modifier": qm.Modifier.IDF}, location=":memory:", collection_name="hybrid")
+    else:
+        client = QdrantClient(":memory:")
+        client.create_collection(
+            "hybrid", vectors_config=qm.VectorParams(size=reference.dim, distance=qm.Distance.COSINE),
+            sparse_vectors_config={"langchain-sparse": qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+        store = QdrantVectorStore(client, "hybrid", embedding=emb, sparse_embedding=RecEmbBm25SparseEmbeddings(),
+                                  retrieval_mode=RetrievalMode.HYBRID)
+        store.add_texts(CORPUS)
+    with closing(store.client):
+        yield store
+
+
+@pytest.fixture(scope="module")
+def rankings(reference, bm25):
+    """query -> (dense ranking, BM25 ranking) over CORPUS, computed without Qdrant."""
+    dense_documents, sparse_documents = reference.encode_documents(CORPUS), bm25.embed_documents(CORPUS)
+    return lambda query: (dense_ranking(reference.encode_queries([query])[0], dense_documents),
+                          bm25_ranking(bm25.embed_query(query), sparse_documents))
+
+
+def assert_same_hits(hits, expected):
+    """LangChain's (document, score) hits against brute-force (CORPUS index, score); Qdrant scores in float32."""
+    assert [CORPUS.index(doc.page_content) for doc, _ in hits] == [d for d, _ in expected]
+    np.testing.assert_allclose([score for _, score in hits], [score for _, score in expected], rtol=1e-5)
+
+
+@pytest.mark.parametrize("k", [3, 6])
+def test_hybrid_search_is_rrf_of_dense_and_bm25_rankings(hybrid_store, rankings, k):
+    from qdrant_client import models as qm
+
+    sparse_config = hybrid_store.client.get_collection("hybrid").config.params.sparse_vectors["langchain-sparse"]
+    assert sparse_config.modifier == qm.Modifier.IDF
+    for query in QUERIES:
+        dense, sparse = rankings(query)
+        assert_no_near_ties(dense, k)
+        assert_no_near_ties(sparse, k)
+        dense_top, sparse_top = [d for d, _ in dense[:k]], [d for d, _ in sparse[:k]]
+        assert dense_top != sparse_top  # a query the fusion has work to do on
+        expected = reciprocal_rank_fusion([dense_top, sparse_top], limit=k)  # both prefetches take k
+        hits = hybrid_store.similarity_search_with_score(query, k=k)
+        assert_same_hits(hits, expected)
+        retrieved = hybrid_store.as_retriever(search_kwargs={"k": k}).invoke(query)
+        assert [CORPUS.index(doc.page_content) for doc in retrieved] == [d for d, _ in expected]
+
+
+def test_sparse_mode_is_the_bm25_ranking(hybrid_store, rankings):
+    from langchain_qdrant import QdrantVectorStore, RetrievalMode
+
+    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+
+    sparse_only = QdrantVectorStore(hybrid_store.client, "hybrid", sparse_embedding=RecEmbBm25SparseEmbeddings(),
+                                    retrieval_mode=RetrievalMode.SPARSE)
+    for query in QUERIES:
+        _, expected = rankings(query)
+        assert_no_near_ties(expected, 4)
+        assert_same_hits(sparse_only.similarity_search_with_score(query, k=4), expected[:4])
+
+
+@pytest.mark.parametrize("query", ["", "the of and"])
+def test_query_without_bm25_terms_ranks_by_the_dense_side(hybrid_store, rankings, bm25, query):
+    assert len(bm25.embed_query(query)) == 0  # empty and stopword-only queries have no sparse terms
+    dense, _ = rankings(query)
+    hits = hybrid_store.similarity_search_with_score(query, k=4)
+    assert_same_hits(hits, reciprocal_rank_fusion([[d for d, _ in dense[:4]]], limit=4))
+
+
+def test_langchain_qdrant_creates_sparse_vectors_without_idf_unless_asked():
+    """Why the docs insist on ``sparse_vector_params``: BM25 without Qdrant's IDF ranks wrongly, silently."""
+    pytest.importorskip("langchain_qdrant")
+    from langchain_qdrant import QdrantVectorStore, RetrievalMode
+
+    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+
+    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    store = QdrantVectorStore.from_texts(["x"], embedding=emb, sparse_embedding=RecEmbBm25SparseEmbeddings(),
+                                         retrieval_mode=RetrievalMode.HYBRID, location=":memory:",
+                                         collection_name="plain")
+    with closing(store.client):
+        assert store.client.get_collection("plain").config.params.sparse_vectors["langchain-sparse"].modifier is None

@@ -1,4 +1,4 @@
-"""RecEmbEmbedding in LlamaIndex: batching, query path, IngestionPipeline into Qdrant with upserts and deletes."""
+"""RecEmbEmbedding in LlamaIndex: batching, query path, IngestionPipeline into Qdrant, hybrid search with BM25."""
 
 import uuid
 from contextlib import closing
@@ -16,6 +16,14 @@ from llama_index.core.storage.docstore import SimpleDocumentStore  # noqa: E402
 from recemb.core import Embedder  # noqa: E402
 from recemb_integrations.llama_index import RecEmbEmbedding  # noqa: E402
 from tests.integrations.conftest import tiny_model_dir  # noqa: E402
+from tests.integrations.hybrid import (  # noqa: E402
+    CORPUS,
+    QUERIES,
+    assert_no_near_ties,
+    bm25_ranking,
+    dense_ranking,
+    relative_score_fusion,
+)
 
 Settings.llm = None
 
@@ -134,3 +142,109 @@ def test_without_splitter_point_ids_must_be_uuids():
         doc_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "a.md"))
         IngestionPipeline(transformations=[emb], vector_store=store).run(documents=[Document(text="x", id_=doc_id)])
         assert client.count("raw").count == 1
+
+
+# Hybrid retrieval: recemb's dense vectors and recemb's BM25 through LlamaIndex's Qdrant store, against brute force.
+
+
+def test_bm25_sparse_fns_follow_llama_index_signature():
+    pytest.importorskip("mmh3")
+    from recemb_integrations.llama_index import bm25_sparse_fns
+    from recemb_integrations.sparse import Bm25
+
+    doc_fn, query_fn = bm25_sparse_fns(avg_len=8.0, k=1.5, b=0.5)
+    texts = [*CORPUS[:2], ""]
+    expected = Bm25(avg_len=8.0, k=1.5, b=0.5).embed_documents(texts)  # the settings reach the encoder
+    assert doc_fn(texts) == ([list(v.indices) for v in expected], [list(v.values) for v in expected])
+    query = Bm25().embed_query("Moon and tides")
+    assert query_fn(["Moon and tides", ""]) == ([list(query.indices), []], [[1.0, 1.0], []])
+
+
+@pytest.fixture(scope="module")
+def bm25():
+    pytest.importorskip("mmh3")
+    from recemb_integrations.sparse import Bm25
+
+    return Bm25()
+
+
+@pytest.fixture(scope="module")
+def hybrid_index():
+    """CORPUS as nodes in a hybrid store whose sparse vector has Modifier.IDF; node ids are the CORPUS positions."""
+    pytest.importorskip("llama_index.vector_stores.qdrant")
+    from llama_index.core import StorageContext
+    from llama_index.core.schema import TextNode
+    from llama_index.vector_stores.qdrant import QdrantVectorStore
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as qm
+
+    from recemb_integrations.llama_index import bm25_sparse_fns
+
+    doc_fn, query_fn = bm25_sparse_fns()
+    emb = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    with closing(QdrantClient(":memory:")) as client:
+        store = QdrantVectorStore("hybrid", client=client, enable_hybrid=True, sparse_doc_fn=doc_fn,
+                                  sparse_query_fn=query_fn,
+                                  sparse_config=qm.SparseVectorParams(modifier=qm.Modifier.IDF))
+        nodes = [TextNode(text=text, id_=str(uuid.UUID(int=i))) for i, text in enumerate(CORPUS)]
+        yield VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=store),
+                               embed_model=emb)
+
+
+@pytest.fixture(scope="module")
+def rankings(reference, bm25):
+    """query -> (dense ranking, BM25 ranking) over CORPUS, computed without Qdrant."""
+    dense_documents, sparse_documents = reference.encode_documents(CORPUS), bm25.embed_documents(CORPUS)
+    return lambda query: (dense_ranking(reference.encode_queries([query])[0], dense_documents),
+                          bm25_ranking(bm25.embed_query(query), sparse_documents))
+
+
+def assert_same_hits(hits, expected):
+    """LlamaIndex's NodeWithScore hits against brute-force (CORPUS index, score); Qdrant scores in float32."""
+    assert [uuid.UUID(hit.node.node_id).int for hit in hits] == [d for d, _ in expected]
+    np.testing.assert_allclose([hit.score for hit in hits], [score for _, score in expected], rtol=1e-5, atol=1e-6)
+
+
+def test_hybrid_collection_has_llama_index_names_and_idf(hybrid_index):
+    from qdrant_client import models as qm
+
+    params = hybrid_index.vector_store.client.get_collection("hybrid").config.params
+    assert list(params.vectors) == ["text-dense"]
+    assert params.sparse_vectors["text-sparse-new"].modifier == qm.Modifier.IDF
+
+
+@pytest.mark.parametrize("dense_k,sparse_k,hybrid_k,alpha", [(4, 4, 4, None), (3, 6, 5, 0.3)])
+def test_hybrid_retrieval_is_relative_score_fusion(hybrid_index, rankings, dense_k, sparse_k, hybrid_k, alpha):
+    retriever = hybrid_index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=dense_k,
+                                          sparse_top_k=sparse_k, hybrid_top_k=hybrid_k, alpha=alpha)
+    for query in QUERIES:
+        dense, sparse = rankings(query)
+        assert_no_near_ties(dense, dense_k)
+        assert_no_near_ties(sparse, sparse_k)
+        assert [d for d, _ in dense[:4]] != [d for d, _ in sparse[:4]]  # a query the fusion has work to do on
+        fused = relative_score_fusion(dense[:dense_k], sparse[:sparse_k], alpha=0.5 if alpha is None else alpha)
+        assert_no_near_ties(fused, hybrid_k, exact_ties_allowed=True)
+        assert_same_hits(retriever.retrieve(query), fused[:hybrid_k])
+
+
+def test_sparse_retrieval_is_the_bm25_ranking(hybrid_index, rankings):
+    retriever = hybrid_index.as_retriever(vector_store_query_mode="sparse", sparse_top_k=4)
+    for query in QUERIES:
+        _, expected = rankings(query)
+        assert_no_near_ties(expected, 4)
+        assert_same_hits(retriever.retrieve(query), expected[:4])
+
+
+def test_stopword_query_ranks_by_the_dense_side(hybrid_index, rankings, bm25):
+    """No sparse hits: LlamaIndex's fusion returns the dense hits as they are (cosine scores, similarity_top_k)."""
+    assert len(bm25.embed_query("the of and")) == 0
+    dense, _ = rankings("the of and")
+    retriever = hybrid_index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=4, hybrid_top_k=2)
+    assert_same_hits(retriever.retrieve("the of and"), dense[:4])
+
+
+def test_empty_query_returns_nodes_without_error(hybrid_index):
+    """LlamaIndex embeds no empty query (``QueryBundle.embedding_strs`` is empty), so the dense request carries no
+    vector and Qdrant returns points unranked; the BM25 side is empty. Nothing fails."""
+    retriever = hybrid_index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=4)
+    assert len(retriever.retrieve("")) == 4
