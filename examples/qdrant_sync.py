@@ -3,7 +3,7 @@
     python3 examples/qdrant_sync.py [--model PATH_OR_ID]
 
 Runs the real `recemb sync` / `recemb search` commands with the bundled default model, recemb-mamba2-mini
-(distilled here from all-MiniLM-L6-v2; no download). Run it twice: the second sync embeds nothing, because no
+(distilled here from all-MiniLM-L6-v2; no download), hybrid (dense + BM25) with passages as evidence. Run it twice: the second sync embeds nothing, because no
 document changed.
 """
 
@@ -23,7 +23,9 @@ common = ["--qdrant-path", str(WORK / "qdrant"), "--collection", "examples"]
 if args.model:
     common += ["--model", args.model]
 print("$ recemb sync examples/documents")
-code = recemb(["sync", str(HERE / "documents"), "--store-text", *common])
+# Passages of 64 tokens: a search shows the passage that matched under each document (hybrid: dense + BM25).
+code = recemb(["sync", str(HERE / "documents"), "--store-text", "--passage-tokens", "64", "--passage-overlap", "16",
+               *common])
 for query in ("how does memory stay constant for long inputs?", "when are tides strongest?"):
     print(f"\n$ recemb search {query!r}")
     code = recemb(["search", query, "--limit", "3", *common]) or code

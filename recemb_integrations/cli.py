@@ -319,10 +319,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import QdrantSync, check_collection_name, check_passage_settings, \
-        collection_settings
+    from recemb_integrations.qdrant import QdrantSync, RebuildError, check_collection_name, \
+        check_passage_settings, collection_settings
 
     check_collection_name(args.collection)
+    if args.rebuild and args.keep_missing:
+        raise CommandError("--rebuild builds the collection from PATHS alone; --keep-missing cannot keep documents "
+                           "that are not among them")
     sources = collect_files(args.paths)
     if not sources.files and not sources.missing:
         skipped = f" ({len(sources.skipped)} skipped, e.g. {': '.join(sources.skipped[0])})" if sources.skipped else ""
@@ -350,9 +353,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
         embedder = load_embedder(args, model=recorded.get("model") if recorded else None)
         sync = QdrantSync(client, args.collection, embedder, store_text=args.store_text,
                           batch_size=args.batch_size, **settings)
-        report = sync.sync(docs, delete_missing=not args.keep_missing, keep_ids=unreadable,
-                           allow_mass_delete=args.allow_mass_delete, skip_empty=args.skip_empty,
-                           show_progress_bar=None if not args.json else False)
+        try:
+            report = sync.sync(docs, delete_missing=not args.keep_missing, keep_ids=unreadable,
+                               allow_mass_delete=args.allow_mass_delete, skip_empty=args.skip_empty,
+                               show_progress_bar=None if not args.json else False, rebuild=args.rebuild)
+        except RebuildError as e:
+            raise CommandError(str(e)) from None
     report.failed = failed + list(sources.missing) + report.failed
     report.skipped = list(sources.skipped) + report.skipped
     data = {"collection": args.collection, "qdrant": where, **report.as_dict()}
@@ -367,28 +373,43 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
-    """Passage and truncation settings: the flags where given, else the existing collection's (so a later sync
-    need not repeat them); a flag that contradicts the collection is refused here, before the model loads."""
+    """Passage, truncation and BM25 settings: the flags where given, else the existing collection's (so a later sync
+    need not repeat them); a flag that contradicts the collection is refused here, before the model loads. A rebuild
+    takes the flags, and the collection's passages and truncation where no flag names them."""
     given = {"passage_tokens": args.passage_tokens, "passage_overlap": args.passage_overlap,
              "max_tokens": args.max_tokens}
     flags = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap",
              "max_tokens": "--max-tokens"}
     if recorded is None:
-        return {**given, "passage_overlap": given["passage_overlap"] or 0}
-    from recemb_integrations.qdrant import recorded_layout
+        return {**given, "passage_overlap": given["passage_overlap"] or 0, "sparse": not args.dense_only}
+    from recemb_integrations.qdrant import layout_version, recorded_layout
 
     kept = recorded_layout(recorded)
+    if args.rebuild:
+        chosen = {key: value if value is not None else kept[key] for key, value in given.items()}
+        if args.passage_tokens is not None and args.passage_overlap is None:
+            chosen["passage_overlap"] = 0
+        return {**chosen, "passage_overlap": chosen["passage_overlap"] or 0, "sparse": not args.dense_only}
     for key, value in given.items():
         if value is not None and value != kept[key] and not (key == "passage_overlap" and value == 0
                                                              and not kept["passage_tokens"]):
             raise CommandError(f"collection {args.collection!r} was built with {flags[key]} "
                                f"{kept[key] if kept[key] is not None else '(none)'}, not {value}; drop the flag to "
-                               "use the collection's setting, or sync into a new --collection")
+                               "use the collection's setting, sync into a new --collection, or --rebuild it")
+    if layout_version(recorded) == 1 and not args.dense_only:
+        raise CommandError(f"collection {args.collection!r} was built by recemb 0.1 with dense vectors only; "
+                           "hybrid search needs a BM25 vector on every point. Rebuild it with `recemb sync --rebuild "
+                           "PATHS` (the new collection is built beside the old one, which is dropped only when the "
+                           "new one is complete), or keep syncing it dense-only with --dense-only")
+    if args.dense_only and kept["sparse"]:
+        raise CommandError(f"collection {args.collection!r} was built with BM25 vectors (hybrid); drop --dense-only, "
+                           "or --rebuild it dense-only")
     return kept
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import QdrantSync, check_collection_name, collection_settings
+    from recemb_integrations.qdrant import QdrantSync, SearchNotice, check_collection_name, collection_settings, \
+        interrupted_rebuild_hint
 
     check_collection_name(args.collection)
     if not args.query.strip():
@@ -398,21 +419,49 @@ def cmd_search(args: argparse.Namespace) -> int:
     with closing(client):
         recorded = collection_settings(client, args.collection)
         if recorded is None:
-            raise CommandError(f"collection {args.collection!r} does not exist in {where}; run `recemb sync` first")
+            hint = interrupted_rebuild_hint(client, args.collection)
+            raise CommandError(f"collection {args.collection!r} does not exist in {where}; "
+                               + (hint or "run `recemb sync` first"))
+        if args.mode in ("hybrid", "sparse") and recorded.get("sparse") is None:
+            raise CommandError(f"collection {args.collection!r} has no BM25 vectors (it was built dense-only); "
+                               "search it with --mode dense, or rebuild it with `recemb sync --rebuild`")
         if args.granularity == "passage" and not recorded.get("passage_tokens"):
             raise CommandError(f"collection {args.collection!r} has no passages (it was synced without "
                                "--passage-tokens); search documents instead")
         # The collection's own model unless one is named: search needs no flag the sync had.
         embedder = load_embedder(args, model=recorded.get("model"))
-        hits = QdrantSync.open(client, args.collection, embedder).search(
-            args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
-            granularity=args.granularity)
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", SearchNotice)
+            hits = QdrantSync.open(client, args.collection, embedder).search(
+                args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
+                granularity=args.granularity, mode=args.mode, fusion=args.fusion)
+    for note in notes:
+        if issubclass(note.category, SearchNotice):
+            print(f"recemb search: note: {note.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
     rows = [{"document_id": h.document_id, "score": h.score, "metadata": h.metadata, "passage": h.passage,
+             **({"best_passage": h.best_passage} if h.best_passage is not None else {}),
+             **({"best_passage_text": h.best_passage_text} if h.best_passage_text is not None else {}),
              **({"text": h.text} if h.text is not None else {})} for h in hits]
-    text = "\n".join(f"{h.score:.4f}  {h.document_id}" + (f"  (passage {h.passage})" if h.passage is not None else "")
-                     for h in hits) or "no hits"
-    emit(args, rows, text)
+    emit(args, rows, "\n".join(_hit_lines(h) for h in hits) or "no hits")
     return EXIT_OK
+
+
+def _hit_lines(hit) -> str:
+    """A hit's score and document, and under it the passage that matched (its text where the collection keeps it)."""
+    line = f"{hit.score:.4f}  {hit.document_id}" + (f"  (passage {hit.passage})" if hit.passage is not None else "")
+    if hit.passage is not None and hit.text:
+        return line + "\n        " + _excerpt(hit.text)
+    if hit.best_passage is not None:
+        return line + f"\n        passage {hit.best_passage}" + (
+            ": " + _excerpt(hit.best_passage_text) if hit.best_passage_text else "")
+    return line
+
+
+def _excerpt(text: str, width: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 def _parse_filter(spec: str) -> tuple[str, object]:
@@ -628,6 +677,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "else never)")
     p.add_argument("--store-text", action="store_true", help="keep the text in the payload")
     p.add_argument("--batch-size", type=positive_int, default=8, help="documents embedded together")
+    p.add_argument("--dense-only", action="store_true",
+                   help="build the collection without BM25 vectors (default: hybrid, dense + BM25; an existing "
+                        "collection keeps what it was built with)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build the collection anew from PATHS with the given settings (e.g. a recemb 0.1 collection "
+                        "to hybrid): the new one is built beside it and replaces it only when complete")
     qdrant_options(p, sync=True)
     model_options(p)
     p.set_defaults(run=cmd_sync)
@@ -639,6 +694,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata match (repeatable); a JSON list, e.g. tag='[\"a\",\"b\"]', matches any of its values")
     p.add_argument("--granularity", choices=["document", "passage", "any"], default="document")
+    p.add_argument("--mode", choices=["hybrid", "dense", "sparse"],
+                   help="hybrid: dense + BM25 fused (the default where the collection has BM25 vectors); dense; "
+                        "sparse: BM25 alone")
+    p.add_argument("--fusion", choices=["rrf", "dbsf"], default="rrf",
+                   help="how hybrid search fuses its two lists: reciprocal rank fusion (default) or "
+                        "distribution-based score fusion")
     qdrant_options(p, sync=False)
     model_options(p, default="the model the collection was built with")
     p.set_defaults(run=cmd_search)

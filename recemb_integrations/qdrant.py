@@ -8,7 +8,12 @@
     with closing(QdrantClient(path="./qdrant")) as client:  # embedded; or QdrantClient(url=...) for a server
         sync = QdrantSync(client, "books", Embedder.from_pretrained("..."))
         report = sync.sync([Document("moby", text, {"author": "Melville"})])
-        hits = sync.search("a whale hunt", limit=5)
+        hits = sync.search("a whale hunt", limit=5)  # hybrid: dense + BM25, fused by Qdrant
+
+Every point carries a named dense vector ("dense") and, unless the collection is dense-only, a BM25 sparse vector
+("bm25", IDF applied by Qdrant) from ``recemb_integrations.sparse``; a search prefetches both and fuses them (RRF or
+DBSF) in Qdrant's Query API. Where passages are stored, a document search groups points by document: each document
+once, scored by its best point, with its best passage as evidence.
 
 Invariants that make a killed sync safe to re-run:
 - point ids are deterministic (uuid5 of the document id, and of (id, passage index) for passages), so writing a
@@ -31,6 +36,7 @@ import json
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -44,11 +50,23 @@ _tenacity = require("tenacity", "qdrant")
 import recemb  # noqa: E402
 from recemb.core import Embedder  # noqa: E402
 from recemb.core.streaming import TokenizationError, TokenStream  # noqa: E402
+from recemb_integrations.sparse import Bm25, SparseVector  # noqa: E402
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 META_KEY = "recemb"
 KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
 DISTANCE = models.Distance.COSINE
+# Layout 1 (recemb 0.1.0): one unnamed dense vector. Layout 2: a named dense vector and, unless dense-only, a named
+# BM25 sparse vector with IDF computed by Qdrant.
+LAYOUT_VERSION = 2
+DENSE_VECTOR, SPARSE_VECTOR = "dense", "bm25"
+SEARCH_MODES = ("hybrid", "dense", "sparse")
+FUSIONS = ("rrf", "dbsf")
+RRF_K = 60  # the constant of Cormack et al. (2009), given explicitly: Qdrant's own default differs between engines
+PREFETCH_MIN = 100  # candidates each side of a hybrid search brings to the fusion, at least
+PREFETCH_PER_HIT = 5  # ... and per requested hit
+AVG_LEN_SAMPLE_CHARS = 64 << 20  # text read to choose a new collection's BM25 average length
+REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
 # A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
 # an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
 MASS_DELETE_MIN_DOCUMENTS = 5
@@ -65,6 +83,14 @@ class CollectionMismatchError(ValueError):
 
 class MassDeletionError(ValueError):
     """A sync would delete more than half of the collection's documents; nothing was written."""
+
+
+class RebuildError(ValueError):
+    """A rebuild cannot replace the collection yet (some documents failed); the old collection is untouched."""
+
+
+class SearchNotice(UserWarning):
+    """Something a searcher should know about a result (a dense-only collection, a query without BM25 terms)."""
 
 
 def check_collection_name(name: str) -> str:
@@ -109,9 +135,14 @@ def _recorded_metadata(info, collection: str) -> dict[str, Any]:
 
 
 def recorded_layout(recorded: dict[str, Any]) -> dict[str, Any]:
-    """The QdrantSync settings a collection records (passages, truncation), as constructor keywords."""
+    """The QdrantSync settings a collection records (passages, truncation, BM25 or not), as constructor keywords."""
     return {"passage_tokens": recorded.get("passage_tokens"), "passage_overlap": recorded.get("passage_overlap") or 0,
-            "max_tokens": recorded.get("max_tokens")}
+            "max_tokens": recorded.get("max_tokens"), "sparse": recorded.get("sparse") is not None}
+
+
+def layout_version(recorded: dict[str, Any]) -> int:
+    """1 for collections of recemb 0.1.0 (one unnamed dense vector), else the recorded version."""
+    return int(recorded.get("layout", 1))
 
 
 @dataclass
@@ -145,8 +176,10 @@ class SearchHit:
     document_id: str
     score: float
     metadata: dict[str, Any]
-    text: str | None = None
+    text: str | None = None  # the document's text (or, for a passage hit, the passage's), where stored
     passage: int | None = None  # passage index for passage hits, None for whole-document hits
+    best_passage: int | None = None  # document hits of a collection with passages: the passage that scored best
+    best_passage_text: str | None = None  # ... and its text, where stored
 
 
 def point_id(document_id: str, passage: int | None = None) -> str:
@@ -201,9 +234,12 @@ class QdrantSync:
         batch_size: documents embedded (and then written) together.
         retries: attempts for a write or read that fails with a transient server error.
         max_tokens: truncate each document to this many tokens (EOS included), with a warning in the report.
+        sparse: also give every point a BM25 sparse vector (hybrid search); False builds a dense-only collection.
+        sparse_language: the BM25 stemmer and stopword language.
 
-    ``passage_tokens``, ``passage_overlap`` and ``max_tokens`` are recorded in the collection: a sync must use the
-    same values, a search reads them from there (``QdrantSync.open`` builds an instance with them).
+    ``passage_tokens``, ``passage_overlap``, ``max_tokens`` and ``sparse`` are recorded in the collection: a sync
+    must use the same values, a search reads them from there (``QdrantSync.open`` builds an instance with them).
+    The BM25 average lengths are chosen when the collection is created (see ``choose_bm25``) and recorded too.
     """
 
     def __init__(
@@ -218,11 +254,15 @@ class QdrantSync:
         batch_size: int = 8,
         retries: int = 5,
         max_tokens: int | None = None,
+        sparse: bool = True,
+        sparse_language: str = "english",
     ):
         check_passage_settings(passage_tokens, passage_overlap)
         for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(sparse, bool):
+            raise TypeError(f"sparse must be True or False, got {sparse!r}")
         self.client = client
         self.collection = check_collection_name(collection)
         self.max_tokens = max_tokens
@@ -232,6 +272,15 @@ class QdrantSync:
         self.passage_tokens = passage_tokens
         self.passage_overlap = passage_overlap
         self.batch_size = batch_size
+        self.sparse = sparse
+        self.sparse_language = sparse_language
+        self._retries = retries
+        if sparse:
+            Bm25(language=sparse_language)  # an unknown language fails here, before any model work
+        # The collection's layout, set when it is checked or created: vector names and the BM25 encoders.
+        self.layout: int | None = None
+        self.bm25: Bm25 | None = None  # documents' BM25 (the collection's average document length)
+        self.bm25_passages: Bm25 | None = None  # passages' BM25 (the average passage length)
         self._lock = threading.RLock()
         self._fingerprint: str | None = None
         self._verified = False  # the collection was checked (or created) once; its settings cannot change under us
@@ -245,12 +294,24 @@ class QdrantSync:
 
     @classmethod
     def open(cls, client, collection: str, embedder: Embedder, **kwargs) -> "QdrantSync":
-        """An instance with the settings the collection was built with (passages, truncation), for searching it
-        (or syncing more of the same). The collection must exist."""
+        """An instance with the settings the collection was built with (passages, truncation, BM25), for searching
+        it (or syncing more of the same). The collection must exist."""
         recorded = collection_settings(client, check_collection_name(collection))
         if recorded is None:
             raise CollectionMismatchError(f"collection {collection!r} does not exist; sync documents first")
-        return cls(client, collection, embedder, **{**recorded_layout(recorded), **kwargs})
+        layout = recorded_layout(recorded)
+        if layout_version(recorded) == 1:
+            layout["sparse"] = False  # a recemb 0.1 collection: dense-only (searchable, syncable with sparse=False)
+        if recorded.get("sparse"):
+            layout["sparse_language"] = recorded["sparse"].get("language", "english")
+        return cls(client, collection, embedder, **{**layout, **kwargs})
+
+    def _like(self, collection: str) -> "QdrantSync":
+        """Another collection's sync with this one's settings (the staging collection of a rebuild)."""
+        return QdrantSync(self.client, collection, self.embedder, model_id=self.model_id, store_text=self.store_text,
+                          passage_tokens=self.passage_tokens, passage_overlap=self.passage_overlap,
+                          batch_size=self.batch_size, retries=self._retries, max_tokens=self.max_tokens,
+                          sparse=self.sparse, sparse_language=self.sparse_language)
 
     # ------------------------------------------------------------------ collection
     @property
@@ -271,34 +332,109 @@ class QdrantSync:
             "passage_tokens": self.passage_tokens,
             "passage_overlap": self.passage_overlap if self.passage_tokens else None,
             "max_tokens": self.max_tokens,
+            "layout": LAYOUT_VERSION,
+            "vectors": {"dense": DENSE_VECTOR, "sparse": SPARSE_VECTOR if self.sparse else None},
+            "sparse": None,  # the BM25 settings, filled in when the collection is created (choose_bm25)
             "recemb_version": recemb.__version__,
         }
+
+    def choose_bm25(self, documents: Sequence[Document] = ()) -> dict[str, Any]:
+        """The BM25 settings of a new collection, average lengths included.
+
+        fastembed's default average length (256 tokens) suits short passages. Whole documents are often far longer
+        (a book is some 200,000 BM25 tokens): measured against 256, length normalisation would crush every value of
+        a long document towards zero. So the average is the mean BM25 length of the first sync's documents (read up
+        to ``AVG_LEN_SAMPLE_CHARS``), and the passages' average is what ``passage_tokens`` model tokens hold in BM25
+        tokens on the same text. Both are recorded in the collection and every later sync uses them: values written
+        with another average would not be comparable."""
+        bm25 = Bm25(language=self.sparse_language)
+        lengths, model_tokens, budget = [], 0, AVG_LEN_SAMPLE_CHARS
+        tokenizer = self.embedder.tokenizer
+        for doc in documents:
+            if budget <= 0:
+                break
+            text = doc.text[:budget]
+            budget -= len(text)
+            lengths.append(bm25.length(text))
+            if self.passage_tokens and tokenizer is not None and text:
+                model_tokens += sum(map(len, tokenizer.encode_stream(text))) - 1  # the EOS is not text
+        avg_len = sum(lengths) / len(lengths) if lengths and sum(lengths) > 0 else bm25.avg_len
+        settings = bm25.with_avg_len(float(avg_len)).settings()
+        if self.passage_tokens:
+            per_token = sum(lengths) / model_tokens if model_tokens and sum(lengths) else None
+            settings["passage_avg_len"] = (float(max(per_token * self.passage_tokens, 1.0)) if per_token
+                                           else bm25.avg_len)
+        return settings
+
+    def _adopt_layout(self, recorded: dict[str, Any]) -> None:
+        """Vector names and BM25 encoders from the collection's record."""
+        self.layout = layout_version(recorded)
+        settings = recorded.get("sparse") if self.layout >= 2 else None
+        if settings:
+            self.bm25 = Bm25.from_settings({k: v for k, v in settings.items() if k != "passage_avg_len"})
+            self.bm25_passages = self.bm25.with_avg_len(settings.get("passage_avg_len", self.bm25.avg_len))
+        else:
+            self.bm25 = self.bm25_passages = None
+
+    @property
+    def _dense_name(self) -> str | None:
+        return None if self.layout == 1 else DENSE_VECTOR
+
+    def _point_vectors(self, dense, sparse: SparseVector | None):
+        """A point's vectors in the collection's layout; an empty BM25 vector is left out (the point is found by its
+        dense vector alone)."""
+        if self.layout == 1:
+            return dense.tolist()
+        vectors: dict[str, Any] = {DENSE_VECTOR: dense.tolist()}
+        if sparse is not None and len(sparse):
+            vectors[SPARSE_VECTOR] = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+        return vectors
 
     def _call(self, fn: Callable, *args, **kwargs):
         with self._lock:
             return self._retry(fn, *args, **kwargs)
 
-    def ensure_collection(self, create: bool = True) -> None:
+    def _create(self, documents: Sequence[Document]) -> None:
+        expected = self.expected_metadata()
+        sparse_config = None
+        if self.sparse:
+            expected["sparse"] = self.choose_bm25(documents)
+            sparse_config = {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+        self._call(
+            self.client.create_collection, self.collection,
+            vectors_config={DENSE_VECTOR: models.VectorParams(size=self.embedder.dim, distance=DISTANCE)},
+            sparse_vectors_config=sparse_config,
+            metadata={META_KEY: expected},
+        )
+        self._adopt_layout(expected)
+
+    def ensure_collection(self, create: bool = True, documents: Sequence[Document] = ()) -> None:
         """Create the collection, or check that it was built with this model, dimension and distance.
 
+        ``documents``: the first sync's documents, from which a new collection's BM25 average lengths are chosen.
         ``create=False`` is the read path: the collection must exist, only the model (and so the dimension) must
-        match, and its passage and truncation settings are taken from the collection."""
+        match, and its passage, truncation and BM25 settings are taken from the collection."""
         if self._verified or (not create and self._read_checked):
             return
         expected = self.expected_metadata()
         if not self._call(self.client.collection_exists, self.collection):
             if not create:
-                raise CollectionMismatchError(f"collection {self.collection!r} does not exist; sync documents first")
-            self._call(
-                self.client.create_collection, self.collection,
-                vectors_config=models.VectorParams(size=self.embedder.dim, distance=DISTANCE),
-                metadata={META_KEY: expected},
-            )
+                raise CollectionMismatchError(f"collection {self.collection!r} does not exist; "
+                                              + (self._call(interrupted_rebuild_hint, self.client, self.collection)
+                                                 or "sync documents first"))
+            self._create(documents)
             self._verified = True
             return
         info = self._call(self.client.get_collection, self.collection)
         recorded = _recorded_metadata(info, self.collection)
-        size = getattr(info.config.params.vectors, "size", None)
+        if (recorded.get("rebuild") or {}).get("state") == "copying":
+            raise CollectionMismatchError(
+                f"collection {self.collection!r} is being filled by a rebuild that was interrupted; run the sync "
+                "again (`recemb sync --rebuild ...` or any sync of it) to finish it. Nothing was lost: the rebuilt "
+                f"points are kept in {self.collection + REBUILD_SUFFIX!r} until then.")
+        vectors = info.config.params.vectors
+        dense_params = vectors.get(DENSE_VECTOR) if isinstance(vectors, dict) else vectors
+        size = getattr(dense_params, "size", None)
         problems = []
         if recorded.get("dim") != self.embedder.dim or (size is not None and size != self.embedder.dim):
             problems.append(f"dimension {recorded.get('dim')} (collection) vs {self.embedder.dim} (model)")
@@ -317,16 +453,34 @@ class QdrantSync:
                     + f". Search it with the model it was built with ({recorded.get('model')!r}).")
             for key, value in recorded_layout(recorded).items():
                 setattr(self, key, value)
+            self._adopt_layout(recorded)
             self._read_checked = True
             return
+        version = layout_version(recorded)
+        if version == 1 and self.sparse:
+            raise CollectionMismatchError(
+                f"collection {self.collection!r} was built by recemb 0.1 with dense vectors only; hybrid search needs "
+                "a BM25 vector on every point. Nothing was written. Rebuild it with `recemb sync --rebuild PATHS` "
+                "(QdrantSync.sync(..., rebuild=True): the new collection is built before the old one is dropped), "
+                "or keep syncing it dense-only with --dense-only (sparse=False).")
+        if version > LAYOUT_VERSION:
+            raise CollectionMismatchError(f"collection {self.collection!r} has layout {version}, newer than this "
+                                          f"recemb ({recemb.__version__}) knows; upgrade recemb")
         for key in ("passage_tokens", "passage_overlap", "max_length", "max_tokens"):
             if recorded.get(key) != expected[key]:
                 problems.append(f"{key} {recorded.get(key)} (collection) vs {expected[key]} (now)")
+        if version >= 2 and (recorded.get("sparse") is not None) != self.sparse:
+            problems.append("BM25 vectors " + ("present (collection) vs dense-only (now)" if not self.sparse
+                                               else "absent (collection: dense-only) vs hybrid (now)"))
+        elif self.sparse and recorded["sparse"].get("language") != self.sparse_language:
+            problems.append(f"BM25 language {recorded['sparse'].get('language')} (collection) vs "
+                            f"{self.sparse_language} (now)")
         if problems:
             raise CollectionMismatchError(
                 f"collection {self.collection!r} was built differently: " + "; ".join(problems)
-                + ". Nothing was written. Sync with the collection's settings, or into a new collection."
-            )
+                + ". Nothing was written. Sync with the collection's settings, into a new collection, or rebuild it "
+                "with the new ones (`recemb sync --rebuild`).")
+        self._adopt_layout(recorded)
         self._verified = True
 
     # ------------------------------------------------------------------ reading state
@@ -362,6 +516,7 @@ class QdrantSync:
         keep_ids: Iterable[str] = (),
         allow_mass_delete: bool = False,
         skip_empty: bool = False,
+        rebuild: bool = False,
     ) -> SyncReport:
         """Bring the collection to exactly ``documents``: add new, re-embed changed, skip unchanged, and with
         ``delete_missing`` delete documents no longer present. Bad documents are reported in ``failed`` and do not
@@ -371,7 +526,13 @@ class QdrantSync:
         A sync that would delete more than half of the collection's documents (and more than
         ``MASS_DELETE_MIN_DOCUMENTS``) raises ``MassDeletionError`` before any write unless ``allow_mass_delete``.
         Empty and whitespace-only documents are synced with a warning, or left out (as if absent) with
-        ``skip_empty``. Documents cut by ``max_tokens`` are synced with a warning."""
+        ``skip_empty``. Documents cut by ``max_tokens`` are synced with a warning.
+
+        ``rebuild``: build the collection anew with this instance's settings (layout, model, passages, BM25) from
+        ``documents`` into a staging collection, then replace the old one with it; see ``_rebuild``."""
+        if rebuild:
+            return self._rebuild(list(documents), show_progress_bar, on_document, keep_ids, allow_mass_delete,
+                                 skip_empty)
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
@@ -379,19 +540,12 @@ class QdrantSync:
         docs, bad = _normalise(documents)
         report.failed.extend(bad)
         docs = self._check_empty(docs, report, skip_empty)
-        self.ensure_collection()  # before any write
+        self._finish_interrupted_rebuild()
+        self.ensure_collection(documents=docs)  # before any write
         existing, seen = self._existing()
         stale: list[str] = []
         if delete_missing:
-            source_ids = {d.id for d in docs} | {doc_id for doc_id, _ in bad} | set(keep_ids)
-            stale = sorted(seen - source_ids)
-            if not allow_mass_delete and len(stale) > max(MASS_DELETE_MIN_DOCUMENTS, len(seen) / 2):
-                shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
-                raise MassDeletionError(
-                    f"this sync would delete {len(stale)} of the {len(seen)} documents in collection "
-                    f"{self.collection!r} ({shown}) because they are not among the {len(docs)} given; nothing was "
-                    "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
-                    "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False).")
+            stale = self._stale(seen, docs, bad, keep_ids, allow_mass_delete)
 
         to_embed: list[tuple[Document, str]] = []
         for doc in docs:
@@ -438,6 +592,116 @@ class QdrantSync:
             report.deleted = len([d for d in stale if d in existing])
         report.seconds = time.perf_counter() - start
         return report
+
+    def _stale(self, seen: set[str], docs: list[Document], bad: list[tuple[str, str]], keep_ids: Iterable[str],
+               allow_mass_delete: bool) -> list[str]:
+        """Stored document ids absent from the sources; a MassDeletionError when they are most of the collection."""
+        source_ids = {d.id for d in docs} | {doc_id for doc_id, _ in bad} | set(keep_ids)
+        stale = sorted(seen - source_ids)
+        if not allow_mass_delete and len(stale) > max(MASS_DELETE_MIN_DOCUMENTS, len(seen) / 2):
+            shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
+            raise MassDeletionError(
+                f"this sync would delete {len(stale)} of the {len(seen)} documents in collection "
+                f"{self.collection!r} ({shown}) because they are not among the {len(docs)} given; nothing was "
+                "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
+                "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False).")
+        return stale
+
+    # ------------------------------------------------------------------ rebuild
+    def _rebuild(self, documents: list, show_progress_bar, on_document, keep_ids, allow_mass_delete,
+                 skip_empty) -> SyncReport:
+        """Build the collection anew, losing nothing to a crash at any point:
+
+        1. the documents are synced into the staging collection ``<name>.recemb-rebuild`` (incremental: a rebuild
+           stopped here resumes where it was; the old collection is untouched);
+        2. the staging collection is marked complete ("staged");
+        3. the old collection is dropped, the new one created and marked "copying", the staged points are copied into
+           it (no embedding) and the mark is removed; then the staging collection is dropped.
+        A sync or rebuild that finds the marks of an interrupted step 3 finishes it first; a search refuses until
+        then. Documents that fail stop the rebuild before step 2 (``RebuildError``): their old versions are kept."""
+        if self._finish_interrupted_rebuild():  # the collection was rebuilt already: bring it up to date
+            return self.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
+                             keep_ids=keep_ids, allow_mass_delete=allow_mass_delete, skip_empty=skip_empty)
+        staging = check_collection_name(self.collection + REBUILD_SUFFIX)
+        docs, bad = _normalise(documents)
+        stale: list[str] = []
+        if self._call(self.client.collection_exists, self.collection):
+            _recorded_metadata(self._call(self.client.get_collection, self.collection), self.collection)
+            existing, seen = self._existing()
+            stale = self._stale(seen, self._check_empty(docs, SyncReport(), skip_empty), bad, keep_ids,
+                                allow_mass_delete)
+            stale = [d for d in stale if d in existing]
+        stage = self._like(staging)
+        try:
+            report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
+                                allow_mass_delete=True, skip_empty=skip_empty)
+        except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
+            self._call(self.client.delete_collection, staging)
+            stage = self._like(staging)
+            report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
+                                allow_mass_delete=True, skip_empty=skip_empty)
+        unreadable = sorted(set(keep_ids))
+        if report.failed or unreadable:
+            failed = report.failed + [(d, "could not be read") for d in unreadable]
+            raise RebuildError(
+                f"{len(failed)} documents failed ({failed[0][0]}: {failed[0][1]}); collection {self.collection!r} "
+                f"was not replaced, so their current versions are kept. Fix or remove them and run the rebuild "
+                f"again: the {report.added + report.updated + report.unchanged} documents already rebuilt in "
+                f"{staging!r} are kept and not embedded again.", report)
+        recorded = _recorded_metadata(self._call(self.client.get_collection, staging), staging)
+        self._call(self.client.update_collection, staging,
+                   metadata={META_KEY: {**recorded, "rebuild": {"state": "staged", "target": self.collection}}})
+        self._swap(staging, recorded)
+        report.deleted = len(stale)
+        return report
+
+    def _swap(self, staging: str, recorded: dict[str, Any]) -> None:
+        """Step 3 of a rebuild: replace the collection by the staged one's points (see ``_rebuild``)."""
+        recorded = {k: v for k, v in recorded.items() if k != "rebuild"}
+        if self._call(self.client.collection_exists, self.collection):
+            self._call(self.client.delete_collection, self.collection)
+        info = self._call(self.client.get_collection, staging)
+        self._call(self.client.create_collection, self.collection, vectors_config=info.config.params.vectors,
+                   sparse_vectors_config=info.config.params.sparse_vectors,
+                   metadata={META_KEY: {**recorded, "rebuild": {"state": "copying", "source": staging}}})
+        self._copy_points(staging, recorded)
+
+    def _copy_points(self, staging: str, recorded: dict[str, Any]) -> None:
+        offset = None
+        while True:
+            points, offset = self._call(self.client.scroll, staging, limit=256, offset=offset, with_payload=True,
+                                        with_vectors=True)
+            if points:
+                self._call(self.client.upsert, self.collection, wait=True, points=[
+                    models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])
+            if offset is None:
+                break
+        self._call(self.client.update_collection, self.collection, metadata={META_KEY: recorded})
+        self._call(self.client.delete_collection, staging)
+        self._verified = self._read_checked = False  # the collection changed under this instance
+
+    def _finish_interrupted_rebuild(self) -> bool:
+        """Complete step 3 of a rebuild that was stopped (see ``_rebuild``). True if the collection now holds a
+        completed rebuild (finished here or just before the staging collection was dropped)."""
+        staging = self.collection + REBUILD_SUFFIX
+        if len(staging) > MAX_COLLECTION_NAME or not self._call(self.client.collection_exists, staging):
+            return False
+        staged = _recorded_metadata(self._call(self.client.get_collection, staging), staging)
+        if (staged.get("rebuild") or {}).get("state") != "staged":
+            return False  # a rebuild stopped while embedding: the next rebuild resumes it
+        final = {k: v for k, v in staged.items() if k != "rebuild"}
+        if not self._call(self.client.collection_exists, self.collection):
+            self._swap(staging, final)  # stopped between dropping the old collection and creating the new one
+            return True
+        recorded = _recorded_metadata(self._call(self.client.get_collection, self.collection), self.collection)
+        if (recorded.get("rebuild") or {}).get("state") == "copying":
+            self._copy_points(staging, final)  # upserts are idempotent: copy everything again
+            return True
+        if recorded == final:
+            self._call(self.client.delete_collection, staging)  # stopped after the copy, before the clean-up
+            return True
+        return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
+
 
     @staticmethod
     def _check_empty(docs: list[Document], report: SyncReport, skip_empty: bool) -> list[Document]:
@@ -530,9 +794,10 @@ class QdrantSync:
                 filter=models.Filter(must=[_match("document_id", doc.id), _match("kind", KIND_PASSAGE),
                                            models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])),
                 wait=True)
+        sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
         # The document point goes last: its content hash marks the document as complete.
-        self._call(self.client.upsert, self.collection, wait=True,
-                   points=[models.PointStruct(id=point_id(doc.id), vector=vector.tolist(), payload=payload)])
+        self._call(self.client.upsert, self.collection, wait=True, points=[
+            models.PointStruct(id=point_id(doc.id), vector=self._point_vectors(vector, sparse), payload=payload)])
 
     # ------------------------------------------------------------------ search
     def search(
@@ -542,40 +807,130 @@ class QdrantSync:
         instruction: str | None = None,
         filter: dict[str, Any] | Any | None = None,
         granularity: str = KIND_DOCUMENT,
+        mode: str | None = None,
+        fusion: str = "rrf",
     ) -> list[SearchHit]:
-        """Embed ``query`` with the query instruction and return the nearest documents (or passages).
+        """The documents (or passages) that best match ``query``.
 
+        ``mode``: "hybrid" (the default where the collection has BM25 vectors: Qdrant prefetches the nearest points
+        by the dense vector and by BM25, each under the filter, and fuses the two lists with ``fusion``, "rrf"
+        (reciprocal rank fusion, k = 60) or "dbsf" (distribution-based score fusion)), "dense" (the default of a
+        dense-only collection) or "sparse" (BM25 alone). A query without BM25 terms (empty, or only stopwords and
+        punctuation) is searched dense-only, with a ``SearchNotice``.
         ``filter``: a qdrant ``models.Filter``, or a dict of metadata key -> value (all must match): a string,
         integer or boolean matches exactly, a list of strings or of integers matches any of them.
-        ``granularity``: "document", "passage" or "any". The collection's own settings (passages) are used, whatever
-        this instance was built with; only the model must match.
+        ``granularity``: "document", "passage" or "any". Where the collection has passages, a document search
+        returns each document once, scored by the best of its own point and its passages, with the best passage
+        (index, and text where stored) as evidence. The collection's own settings are used, whatever this instance
+        was built with; only the model must match.
         """
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if granularity not in (KIND_DOCUMENT, KIND_PASSAGE, "any"):
             raise ValueError("granularity must be 'document', 'passage' or 'any'")
+        if mode is not None and mode not in SEARCH_MODES:
+            raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)} (or None for the collection's default), "
+                             f"got {mode!r}")
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
         metadata_conditions = ([metadata_condition(k, v) for k, v in filter.items()] if isinstance(filter, dict)
                                else [])
         self.ensure_collection(create=False)
         if granularity == KIND_PASSAGE and not self.passage_tokens:
             raise ValueError(f"collection {self.collection!r} has no passages (it was synced without "
                              "passage_tokens); search documents instead")
-        vector = self.embedder.encode_queries([query], instruction=instruction)[0]
+        mode = self._search_mode(mode)
+        sparse_query = self.bm25.embed_query(query) if mode != "dense" else None
+        if sparse_query is not None and not len(sparse_query):
+            warnings.warn(SearchNotice("the query has no BM25 terms (it is empty, or only stopwords and punctuation): "
+                                       + ("nothing to search by BM25" if mode == "sparse" else
+                                          "searched by the dense vector alone")), stacklevel=2)
+            if mode == "sparse":
+                return []
+            mode = "dense"
+        dense_query = (self.embedder.encode_queries([query], instruction=instruction)[0].tolist()
+                       if mode != "sparse" else None)
+
         conditions = [] if granularity == "any" else [_match("kind", granularity)]
+        grouped = granularity == KIND_DOCUMENT and bool(self.passage_tokens)
+        if grouped:
+            conditions = []  # documents are found by their own points and by their passages
         if isinstance(filter, dict):
             conditions += metadata_conditions
-            query_filter = models.Filter(must=conditions)
         elif filter is not None:
-            query_filter = models.Filter(must=conditions + [filter])
-        else:
-            query_filter = models.Filter(must=conditions) if conditions else None
-        result = self._call(self.client.query_points, self.collection, query=vector.tolist(),
-                            query_filter=query_filter, limit=limit, with_payload=True)
-        return [
-            SearchHit(document_id=p.payload["document_id"], score=float(p.score), metadata=p.payload.get("metadata") or {},
-                      text=p.payload.get("text"), passage=p.payload.get("passage"))
-            for p in result.points
-        ]
+            conditions.append(filter)
+        point_filter = models.Filter(must=conditions) if conditions else None
+
+        def request(candidates: int) -> dict[str, Any]:
+            if mode == "dense":
+                return {"query": dense_query, "using": self._dense_name, "query_filter": point_filter}
+            if mode == "sparse":
+                return {"query": _sparse(sparse_query), "using": SPARSE_VECTOR, "query_filter": point_filter}
+            return {"prefetch": [
+                models.Prefetch(query=dense_query, using=DENSE_VECTOR, filter=point_filter, limit=candidates),
+                models.Prefetch(query=_sparse(sparse_query), using=SPARSE_VECTOR, filter=point_filter,
+                                limit=candidates)],
+                "query": (models.RrfQuery(rrf=models.Rrf(k=RRF_K)) if fusion == "rrf"
+                          else models.FusionQuery(fusion=models.Fusion.DBSF))}
+
+        candidates = max(PREFETCH_MIN, PREFETCH_PER_HIT * limit)
+        if not grouped:
+            result = self._call(self.client.query_points, self.collection, limit=limit, with_payload=True,
+                                **request(candidates))
+            return [_hit(p.payload, p.score) for p in result.points]
+        while True:
+            # Each group's hits come best first: with two of them, a document whose own point leads still shows its
+            # best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer than ``limit``
+            # documents and more exist, the search is repeated with more candidates, so a page is full.
+            result = self._call(self.client.query_points_groups, self.collection, group_by="document_id",
+                                limit=limit, group_size=2, with_payload=True, **request(candidates))
+            if mode != "hybrid" or len(result.groups) >= limit or candidates >= self._points():
+                break
+            candidates *= 4
+        return self._document_hits(result.groups)
+
+    def _search_mode(self, mode: str | None) -> str:
+        if self.bm25 is None:
+            if mode in ("hybrid", "sparse"):
+                raise ValueError(f"collection {self.collection!r} has no BM25 vectors (it is dense-only"
+                                 + (", built by recemb 0.1" if self.layout == 1 else "")
+                                 + "); search it with mode='dense', or rebuild it (`recemb sync --rebuild`)")
+            if self.layout == 1:
+                warnings.warn(SearchNotice(
+                    f"collection {self.collection!r} was built by recemb 0.1 with dense vectors only: searched "
+                    "dense-only. Rebuild it with `recemb sync --rebuild PATHS` for hybrid (dense + BM25) search."),
+                    stacklevel=3)
+            return "dense"
+        return mode or "hybrid"
+
+    def _points(self) -> int:
+        return self._call(self.client.count, self.collection, exact=True).count
+
+    def _document_hits(self, groups) -> list[SearchHit]:
+        """One hit per group (document): its best score, the document's payload, its best passage."""
+        hits, missing = [], []
+        for group in groups:
+            best = group.hits[0]
+            own = next((h for h in group.hits if h.payload.get("kind") == KIND_DOCUMENT), None)
+            passage = next((h for h in group.hits if h.payload.get("kind") == KIND_PASSAGE), None)
+            hit = _hit(own.payload if own is not None else best.payload, best.score)
+            hit.passage = None
+            if own is None:  # the document point was not among the candidates: its payload is fetched below
+                hit.text = None
+                missing.append((hit, point_id(hit.document_id)))
+            if passage is not None:
+                hit.best_passage, hit.best_passage_text = passage.payload.get("passage"), passage.payload.get("text")
+            hits.append(hit)
+        if missing:
+            stored = {str(p.id): p.payload for p in self._call(
+                self.client.retrieve, self.collection, [pid for _, pid in missing], with_payload=True)}
+            for hit, pid in missing:
+                payload = stored.get(pid) or {}
+                hit.text = payload.get("text")
+                hit.metadata = payload.get("metadata", hit.metadata) or {}
+        return hits
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""
@@ -668,11 +1023,29 @@ class _PassageWriter:
         for i, (w, v) in enumerate(zip(windows, vectors), start=self.written):
             payload = {"document_id": doc.id, "kind": KIND_PASSAGE, "passage": i, "metadata": doc.metadata,
                        "tokens": len(w)}
-            if sync.store_text and sync.embedder.tokenizer is not None:
-                payload["text"] = sync.embedder.tokenizer.tokenizer.decode(w[:-1])
-            points.append(models.PointStruct(id=point_id(doc.id, i), vector=v.tolist(), payload=payload))
+            # The passage's text as its tokens decode: what its BM25 vector counts and what a search shows.
+            text = sync.embedder.tokenizer.tokenizer.decode(w[:-1], skip_special_tokens=True) if (
+                sync.store_text or sync.bm25_passages is not None) else None
+            if sync.store_text:
+                payload["text"] = text
+            sparse = sync.bm25_passages.embed_document(text) if sync.bm25_passages is not None else None
+            points.append(models.PointStruct(id=point_id(doc.id, i), vector=sync._point_vectors(v, sparse),
+                                             payload=payload))
         sync._call(sync.client.upsert, sync.collection, points=points, wait=True)
         self.written += len(windows)
+
+
+def interrupted_rebuild_hint(client, collection: str) -> str | None:
+    """What to do when a collection is missing because a rebuild stopped between dropping it and refilling it."""
+    staging = collection + REBUILD_SUFFIX
+    if len(staging) > MAX_COLLECTION_NAME or not client.collection_exists(staging):
+        return None
+    staged = (client.get_collection(staging).config.metadata or {}).get(META_KEY) or {}
+    if (staged.get("rebuild") or {}).get("state") != "staged":
+        return None
+    return (f"a rebuild was interrupted before it put the new collection in place. Run the sync again "
+            f"(`recemb sync --rebuild ...` or any sync of it) to finish it; the rebuilt points are kept in "
+            f"{staging!r}")
 
 
 def _short(doc_id: str, width: int = 30) -> str:
@@ -693,6 +1066,15 @@ def metadata_condition(key: str, value: Any):
         return models.FieldCondition(key=f"metadata.{key}", match=models.MatchAny(any=value))
     raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, a 64-bit integer, true/false, "
                      "or a non-empty list of strings or of integers (any of them matches)")
+
+
+def _sparse(vector: SparseVector):
+    return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _hit(payload: dict[str, Any], score: float) -> SearchHit:
+    return SearchHit(document_id=payload["document_id"], score=float(score), metadata=payload.get("metadata") or {},
+                     text=payload.get("text"), passage=payload.get("passage"))
 
 
 def _match(key: str, value: Any):

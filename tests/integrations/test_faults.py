@@ -211,7 +211,7 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         assert widest and max(widest) <= 2 * window  # the tokenizer never saw the whole text
         point = client.retrieve("c", [sync_point_id("big.txt")], with_vectors=True)[0]
         expected = emb.embed_token_ids([reference], normalize=True)[0].numpy()
-        np.testing.assert_allclose(point.vector, expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(point.vector["dense"], expected, rtol=1e-5, atol=1e-6)
         body, eos = reference[:-1], reference[-1]
         windows = [body[i : i + 64] + [eos] for i in range(0, len(body) - 16, 48)]  # the whole-list rule
         passages, _ = client.scroll("c", scroll_filter=qm.Filter(must=[qm.FieldCondition(
@@ -219,7 +219,7 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         assert sorted(p.payload["passage"] for p in passages) == list(range(len(windows)))
         expected = emb.embed_token_ids(windows, normalize=True).numpy()
         for p in passages:
-            np.testing.assert_allclose(p.vector, expected[p.payload["passage"]], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(p.vector["dense"], expected[p.payload["passage"]], rtol=1e-5, atol=1e-6)
 
 
 def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder):
@@ -232,7 +232,7 @@ def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder
     with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
         point = client.retrieve("c", [sync_point_id(str((corpus / "doc000.txt").resolve()))], with_vectors=True)[0]
     assert point.payload["tokens"] == 20
-    np.testing.assert_allclose(point.vector, emb.encode_documents([text], max_length=20)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(point.vector["dense"], emb.encode_documents([text], max_length=20)[0], rtol=1e-5, atol=1e-6)
     code, _, err = run(capsys, ["sync", str(corpus), "--max-tokens", "30", *opts])
     assert code == 2 and "--max-tokens" in err  # the collection keeps one truncation
 
@@ -424,7 +424,7 @@ def expected_state(store: Path, corpus: Path, tiny_folder, passage_tokens: int =
         for f, text, vector in zip(files, texts, emb.encode_documents(texts)):
             point = client.retrieve("c", [sync_point_id(str(f.resolve()))], with_vectors=True)[0]
             assert point.payload["content_hash"] == content_hash(text)
-            np.testing.assert_allclose(point.vector, vector, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(point.vector["dense"], vector, rtol=1e-5, atol=1e-6)
         n_passages = client.count("c", exact=True).count - len(files)
     expected = sum(len(range(0, max(len(ids) - 1, 1), passage_tokens)) for ids in emb.tokenize(texts))
     assert n_passages == expected
@@ -602,3 +602,68 @@ def test_device_and_stdin_slips(tiny_folder, capsys, monkeypatch):
     if not torch.cuda.is_available():
         code, _, err = run(capsys, ["embed", "--model", str(tiny_folder), "--device", "cuda"], json_out=False)
         assert code == 2 and "no CUDA device" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------- hybrid search, dense-only and rebuilds
+def test_hybrid_is_the_default_and_search_shows_the_best_passage(tmp_path, opts, capsys):
+    from recemb_integrations.qdrant import collection_settings
+
+    corpus = make_corpus(tmp_path / "docs", 4, words=10)
+    assert run(capsys, ["sync", str(corpus), "--passage-tokens", "8", "--store-text", *opts])[0] == 0
+    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
+        assert collection_settings(client, "c")["vectors"] == {"dense": "dense", "sparse": "bm25"}
+    for mode in ("hybrid", "dense", "sparse"):
+        for fusion in ("rrf", "dbsf"):
+            code, hits, err = run(capsys, ["search", "topic 3", "--mode", mode, "--fusion", fusion, *opts])
+            assert code == 0 and len(hits) == 4 and all(h["best_passage"] is not None for h in hits), err
+    main(["search", "topic 3", "--limit", "1", *opts])
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[1].strip().startswith("passage ") and "topic" in printed[1]
+    code, hits, err = run(capsys, ["search", "the of and", *opts])
+    assert code == 0 and hits and "note: the query has no BM25 terms" in err
+
+
+def test_dense_only_collections_and_their_flags(tmp_path, opts, capsys, monkeypatch):
+    corpus = make_corpus(tmp_path / "docs", 3)
+    assert run(capsys, ["sync", str(corpus), "--dense-only", *opts])[0] == 0
+    (corpus / "doc000.txt").write_text("changed text " * 5)
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])  # adopts dense-only, as it adopts passages
+    assert code == 0 and report["updated"] == 1, err
+    monkeypatch.setattr(cli, "load_embedder", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    code, _, err = run(capsys, ["search", "q", "--mode", "hybrid", *opts])
+    assert code == 2 and "no BM25 vectors" in err and "--rebuild" in err
+
+
+def test_a_recemb_0_1_collection_is_refused_hybrid_and_rebuilt_by_the_cli(tmp_path, opts, capsys, tiny_folder):
+    from recemb_integrations.qdrant import REBUILD_SUFFIX, collection_settings
+
+    corpus = make_corpus(tmp_path / "docs", 3)
+    files = sorted(corpus.iterdir())
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu")
+    docs = [Document(str(f.resolve()), f.read_text(), {"file_name": f.name, "suffix": ".txt",
+                                                         "bytes": f.stat().st_size}) for f in files]
+    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:  # as recemb 0.1.0 wrote it
+        meta = QdrantSync(client, "c", emb).expected_metadata()
+        for key in ("layout", "vectors", "sparse"):
+            meta.pop(key)
+        client.create_collection("c", vectors_config=qm.VectorParams(size=emb.dim, distance=qm.Distance.COSINE),
+                                 metadata={"recemb": meta})
+        client.upsert("c", points=[qm.PointStruct(id=sync_point_id(d.id), vector=v.tolist(), payload={
+            "document_id": d.id, "kind": "document", "content_hash": content_hash(d.text), "metadata": d.metadata,
+            "tokens": 0}) for d, v in zip(docs, emb.encode_documents([d.text for d in docs]))])
+    code, hits, err = run(capsys, ["search", "topic 1", *opts])
+    assert code == 0 and len(hits) == 3 and "note:" in err and "recemb sync --rebuild" in err
+    code, _, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 2 and "--rebuild" in err and "--dense-only" in err
+    code, report, err = run(capsys, ["sync", str(corpus), "--dense-only", *opts])
+    assert code == 0 and report["unchanged"] == 3, err
+    code, _, err = run(capsys, ["sync", str(corpus), "--rebuild", "--keep-missing", *opts])
+    assert code == 2 and "--keep-missing" in err
+    code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", "--passage-tokens", "8", *opts])
+    assert code == 0 and report["added"] == 3, err
+    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
+        settings = collection_settings(client, "c")
+        assert settings["layout"] == 2 and settings["sparse"] and settings["passage_tokens"] == 8
+        assert not client.collection_exists("c" + REBUILD_SUFFIX)
+    code, hits, err = run(capsys, ["search", "topic 1", "--mode", "hybrid", *opts])
+    assert code == 0 and len(hits) == 3 and "note" not in err, err

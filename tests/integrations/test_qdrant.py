@@ -1,5 +1,6 @@
 """QdrantSync on qdrant-client's local mode: incremental, crash-safe, model-checked sync and search."""
 
+import math
 import os
 import signal
 import subprocess
@@ -78,7 +79,7 @@ def test_first_sync_then_no_change(client, embedder):
         assert str(p.id) == point_id(doc.id)
         assert p.payload["content_hash"] == content_hash(doc.text) and p.payload["metadata"] == doc.metadata
         assert "text" not in p.payload
-        np.testing.assert_allclose(p.vector, vec, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(p.vector["dense"], vec, rtol=1e-5, atol=1e-6)
     meta = client.get_collection("docs").config.metadata["recemb"]
     assert meta["dim"] == embedder.dim and meta["distance"] == "Cosine"
 
@@ -100,7 +101,7 @@ def test_edit_remove_add(client, embedder):
     points = stored(client)
     assert set(points) == {"a.txt", "b.txt", "d.txt"} and sync.count() == 3
     assert points["a.txt"].payload["text"] == "an edited first document"
-    np.testing.assert_allclose(points["a.txt"].vector, embedder.inner.encode_documents("an edited first document"),
+    np.testing.assert_allclose(points["a.txt"].vector["dense"], embedder.inner.encode_documents("an edited first document"),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -177,19 +178,19 @@ def test_bad_documents_fail_alone_and_lose_nothing(client, embedder):
     assert set(stored(client)) == {"a.txt", "b.txt", "c.txt", "e.txt"}  # b.txt's stored version kept
 
 
-def test_search_ranks_by_cosine_and_filters(client, embedder):
+def test_dense_search_ranks_by_cosine_and_filters(client, embedder):
     sync = QdrantSync(client, "docs", embedder)
     sync.sync(DOCS)
     query = "fixed-size recurrent state"
-    hits = sync.search(query, limit=3)
+    hits = sync.search(query, limit=3, mode="dense")
     q = embedder.inner.encode_queries([query])[0]
     d = embedder.inner.encode_documents([doc.text for doc in DOCS])
     expected = sorted(zip((d @ q).tolist(), [doc.id for doc in DOCS]), reverse=True)
     assert [h.document_id for h in hits] == [doc_id for _, doc_id in expected]
     np.testing.assert_allclose([h.score for h in hits], [s for s, _ in expected], rtol=1e-4, atol=1e-5)
-    fr = sync.search(query, filter={"lang": "fr"})
+    fr = sync.search(query, filter={"lang": "fr"}, mode="dense")
     assert [h.document_id for h in fr] == ["c.txt"] and fr[0].metadata == DOCS[2].metadata
-    sci = sync.search(query, instruction="SciFact", limit=1)[0]
+    sci = sync.search(query, instruction="SciFact", limit=1, mode="dense")[0]
     q_sci = embedder.inner.encode_queries([query], instruction="SciFact")[0]
     assert sci.score == pytest.approx(float(max(d @ q_sci)), rel=1e-4)
 
@@ -309,7 +310,9 @@ def test_sync_killed_midway_converges_on_rerun(tmp_path, tiny_folder):
         vectors = emb.encode_documents([d.text for d in docs])
         for d, v in zip(docs, vectors):
             assert points[d.id].payload["content_hash"] == content_hash(d.text)
-            np.testing.assert_allclose(points[d.id].vector, v, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(points[d.id].vector["dense"], v, rtol=1e-5, atol=1e-6)
+            bm25 = points[d.id].vector["bm25"]  # hybrid is on: the BM25 vector survives the kill as well
+            assert dict(zip(bm25.indices, bm25.values)) == bm25_of(client).embed_document(d.text).as_dict()
         n_passages = client.count("docs", exact=True).count - 60
         expected = sum(len(range(0, max(len(ids) - 1, 1), 8)) for ids in emb.tokenize([d.text for d in docs]))
         assert n_passages == expected  # no duplicated or orphaned passages
@@ -318,8 +321,8 @@ def test_sync_killed_midway_converges_on_rerun(tmp_path, tiny_folder):
 
 def test_vectors_are_float_lists_of_model_dim(client, embedder):
     QdrantSync(client, "docs", embedder).sync(DOCS[:1])
-    assert len(stored(client)["a.txt"].vector) == embedder.dim
-    assert torch.tensor(stored(client)["a.txt"].vector).norm().item() == pytest.approx(1.0, rel=1e-5)
+    assert len(stored(client)["a.txt"].vector["dense"]) == embedder.dim
+    assert torch.tensor(stored(client)["a.txt"].vector["dense"]).norm().item() == pytest.approx(1.0, rel=1e-5)
 
 
 def test_passage_windows_from_a_stream_equal_the_whole_list_rule():
@@ -349,3 +352,287 @@ def test_passage_windows_from_a_stream_equal_the_whole_list_rule():
         assert len(windows._buffer) <= size + 8  # bounded: a window plus a piece
     with pytest.raises(ValueError, match="EOS"):
         PassageWindows(4, 1, eos_token_id=1).finish()
+
+
+# ---------------------------------------------------------------------------------------------- hybrid (dense + BM25)
+from recemb_integrations.qdrant import (  # noqa: E402
+    REBUILD_SUFFIX,
+    RRF_K,
+    MassDeletionError,
+    RebuildError,
+    SearchNotice,
+    collection_settings,
+)
+from recemb_integrations.sparse import Bm25  # noqa: E402
+
+CORPUS = [Document(f"d{i:02d}", text, {"i": i}) for i, text in enumerate([
+    "whales migrate across the cold northern ocean every spring",
+    "the harpoon struck the great white whale near the ship",
+    "a recurrent state space model reads tokens one chunk at a time",
+    "ships sailed from the harbour at dawn with full cargo",
+    "the ocean current carries plankton that feeds whales",
+    "chunked scans compute the recurrence with matrix multiplications",
+    "fishermen mend their nets in the harbour before the storm",
+    "the captain of the whaling ship kept a detailed log",
+    "memory of a recurrent model does not grow with input length",
+    "storms at sea force ships to return to the harbour",
+    "plankton blooms colour the ocean green in spring",
+    "the log recorded the storm, the whale and the broken mast",
+])]
+
+
+def bm25_of(client, collection="docs", passages=False):
+    settings = collection_settings(client, collection)["sparse"]
+    bm25 = Bm25.from_settings({k: v for k, v in settings.items() if k != "passage_avg_len"})
+    return bm25.with_avg_len(settings["passage_avg_len"]) if passages else bm25
+
+
+def brute_force_rankings(embedder, client, query, docs):
+    """Dense (cosine) and BM25 rankings of the document ids, computed outside Qdrant: BM25 = sum over the query's
+    terms of IDF ln((N - df + 0.5) / (df + 0.5) + 1) times the document's value, N = points with a BM25 vector."""
+    q = embedder.inner.encode_queries([query])[0]
+    d = embedder.inner.encode_documents([doc.text for doc in docs])
+    dense = dict(zip([doc.id for doc in docs], (d @ q).tolist()))
+    vectors = {doc.id: bm25_of(client).embed_document(doc.text).as_dict() for doc in docs}
+    n = sum(1 for v in vectors.values() if v)
+    terms = bm25_of(client).embed_query(query).indices
+    df = {t: sum(1 for v in vectors.values() if t in v) for t in terms}
+    sparse = {}
+    for doc_id, v in vectors.items():
+        hits = [t for t in terms if t in v]
+        if hits:  # a sparse search returns only points sharing a term with the query
+            sparse[doc_id] = sum(math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) * v[t] for t in hits)
+    order = lambda scores: sorted(scores, key=lambda k: -scores[k])  # noqa: E731
+    return order(dense), order(sparse), dense, sparse
+
+
+def test_hybrid_search_is_rrf_of_the_dense_and_bm25_rankings(client, embedder):
+    sync = QdrantSync(client, "docs", embedder)
+    sync.sync(CORPUS)
+    for query in ("whale ship storm", "recurrent model memory", "harbour plankton spring"):
+        dense, sparse, dense_scores, sparse_scores = brute_force_rankings(embedder, client, query, CORPUS)
+        assert dense[:3] != sparse[:3]  # the fusion has something to decide
+        # Equal BM25 scores (same counts, same lengths) have no order of their own: take Qdrant's among them,
+        # once its single-list scores are checked against the brute force.
+        engine = sync.search(query, limit=len(CORPUS), mode="sparse")
+        np.testing.assert_allclose([h.score for h in engine], [sparse_scores[k] for k in sparse], rtol=1e-5)
+        sparse = [h.document_id for h in engine]
+        fused = {}
+        for ranking in (dense, sparse):
+            for pos, doc_id in enumerate(ranking):  # qdrant's RRF: 1 / (k + 0-based position)
+                fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (RRF_K + pos)
+        # Ranks can tie in the fused list, so a hit list is checked as: each hit's score is its own fused score,
+        # and those scores are the top five of all documents.
+        def same_ranking(hits, scores, rtol=1e-6):
+            np.testing.assert_allclose([h.score for h in hits], [scores[h.document_id] for h in hits], rtol=rtol)
+            np.testing.assert_allclose([h.score for h in hits], sorted(scores.values(), reverse=True)[:5], rtol=rtol)
+        same_ranking(sync.search(query, limit=5), fused)
+        same_ranking(sync.search(query, limit=5, mode="sparse"), sparse_scores, rtol=1e-5)
+        same_ranking(sync.search(query, limit=5, mode="dense"), dense_scores, rtol=1e-4)
+        # DBSF: each list's scores mapped by (s - (mean - 3 sd)) / (6 sd), then summed
+        def normalised(scores):
+            values = list(scores.values())
+            mean = sum(values) / len(values)
+            sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+            return {k: (v - (mean - 3 * sd)) / (6 * sd) for k, v in scores.items()}
+        dbsf = normalised(dense_scores)
+        for k, v in normalised(sparse_scores).items():
+            dbsf[k] += v
+        same_ranking(sync.search(query, limit=5, fusion="dbsf"), dbsf, rtol=1e-4)
+
+
+def test_filters_apply_to_both_sides_of_a_hybrid_search(client, embedder):
+    sync = QdrantSync(client, "docs", embedder)
+    sync.sync(CORPUS)
+    hits = sync.search("whale ship storm", limit=20, filter={"i": [1, 3, 5, 11]})
+    assert sorted(h.document_id for h in hits) == ["d01", "d03", "d05", "d11"]  # d05 only by its dense vector
+
+
+def test_bm25_vectors_and_the_recorded_average_length(client, embedder):
+    sync = QdrantSync(client, "docs", embedder, passage_tokens=8, passage_overlap=2, store_text=True)
+    first = CORPUS[:6] + [Document("long", SAMPLE_TEXT)]
+    sync.sync(first)
+    settings = collection_settings(client, "docs")
+    assert settings["layout"] == 2 and settings["vectors"] == {"dense": "dense", "sparse": "bm25"}
+    plain = Bm25()
+    assert settings["sparse"]["avg_len"] == pytest.approx(sum(plain.length(d.text) for d in first) / len(first))
+    n_model = len(embedder.inner.tokenize([d.text for d in first[-1:]])[0]) - 1
+    assert settings["sparse"]["passage_avg_len"] > 0
+    points, _ = client.scroll("docs", limit=10_000, with_payload=True, with_vectors=True)
+    by_kind = {"document": 0, "passage": 0}
+    for p in points:
+        kind = p.payload["kind"]
+        by_kind[kind] += 1
+        if kind == "document":
+            text = next(d.text for d in first if d.id == p.payload["document_id"])
+            expected = bm25_of(client).embed_document(text)
+        else:
+            expected = bm25_of(client, passages=True).embed_document(p.payload["text"])
+        got = p.vector.get("bm25")  # left out where empty (a passage of stopwords only)
+        assert (dict(zip(got.indices, got.values)) if got is not None else {}) == expected.as_dict()
+    assert by_kind["passage"] >= n_model // 6
+    # A later sync of other documents keeps the collection's average: values stay comparable.
+    sync.sync(first + [Document("short", "whale")])
+    assert collection_settings(client, "docs")["sparse"] == settings["sparse"]
+    point = client.retrieve("docs", [point_id("short")], with_vectors=True)[0]
+    assert point.vector["bm25"].values == [bm25_of(client).embed_document("whale").values[0]]
+
+
+def test_empty_bm25_vectors_and_queries_fall_back_to_dense(client, embedder):
+    sync = QdrantSync(client, "docs", embedder)
+    sync.sync(CORPUS + [Document("stop", "the and of it"), Document("empty", "")])
+    for doc_id in ("stop", "empty"):
+        assert "bm25" not in client.retrieve("docs", [point_id(doc_id)], with_vectors=True)[0].vector
+    with pytest.warns(SearchNotice, match="no BM25 terms"):
+        hits = sync.search("the of and", limit=4)
+    assert [h.document_id for h in hits] == [h.document_id for h in sync.search("the of and", limit=4, mode="dense")]
+    with pytest.warns(SearchNotice, match="nothing to search by BM25"):
+        assert sync.search("...", mode="sparse") == []
+
+
+def test_grouped_search_returns_distinct_documents_with_their_best_passage(client, embedder):
+    docs = [Document(f"book{i}", " ".join(d.text for d in CORPUS[i:] + CORPUS[:i])) for i in range(4)]
+    docs.append(Document("note", "a short note about whales"))
+    sync = QdrantSync(client, "docs", embedder, passage_tokens=12, passage_overlap=3, store_text=True)
+    sync.sync(docs)
+    for mode in ("hybrid", "dense", "sparse"):
+        grouped = sync.search("whale ship storm", limit=3, mode=mode)
+        points = sync.search("whale ship storm", limit=1000, mode=mode, granularity="any")
+        best = {}
+        for h in points:  # the first (best) point of each document
+            best.setdefault(h.document_id, h)
+        expected = list(best)[:3]
+        assert [h.document_id for h in grouped] == expected and len(set(expected)) == 3
+        for hit in grouped:
+            assert hit.score == pytest.approx(best[hit.document_id].score, rel=1e-6)
+            passages = [h for h in points if h.document_id == hit.document_id and h.passage is not None]
+            if passages:
+                assert hit.best_passage == passages[0].passage and hit.best_passage_text == passages[0].text
+            assert hit.passage is None and hit.text == next(d.text for d in docs if d.id == hit.document_id)
+    everything = sync.search("whale", limit=10)
+    assert sorted(h.document_id for h in everything) == sorted(d.id for d in docs)
+
+
+def test_search_modes_are_checked(client, embedder):
+    QdrantSync(client, "dense", embedder, sparse=False).sync(CORPUS[:3])
+    dense_only = QdrantSync.open(client, "dense", embedder)
+    assert dense_only.sparse is False and len(dense_only.search("whale", limit=2)) == 2
+    with pytest.raises(ValueError, match="no BM25 vectors"):
+        dense_only.search("whale", mode="hybrid")
+    with pytest.raises(CollectionMismatchError, match="BM25 vectors absent"):
+        QdrantSync(client, "dense", embedder).sync(CORPUS[:3])
+    with pytest.raises(ValueError, match="mode must be one of"):
+        dense_only.search("whale", mode="bm25")
+    with pytest.raises(ValueError, match="fusion must be one of"):
+        dense_only.search("whale", fusion="sum")
+
+
+def make_legacy_collection(client, embedder, docs, name="docs"):
+    """A collection as recemb 0.1.0 wrote it: one unnamed dense vector, metadata without a layout."""
+    meta = QdrantSync(client, name, embedder).expected_metadata()
+    for key in ("layout", "vectors", "sparse"):
+        meta.pop(key)
+    client.create_collection(name, vectors_config=qm.VectorParams(size=embedder.dim, distance=qm.Distance.COSINE),
+                             metadata={"recemb": meta})
+    vectors = embedder.inner.encode_documents([d.text for d in docs])
+    client.upsert(name, points=[qm.PointStruct(id=point_id(d.id), vector=v.tolist(), payload={
+        "document_id": d.id, "kind": "document", "content_hash": content_hash(d.text), "metadata": d.metadata,
+        "tokens": 0}) for d, v in zip(docs, vectors)])
+
+
+def test_a_recemb_0_1_collection_searches_dense_only_and_rebuilds_to_hybrid(client, embedder):
+    make_legacy_collection(client, embedder, CORPUS)
+    legacy = QdrantSync.open(client, "docs", embedder)
+    with pytest.warns(SearchNotice, match="recemb 0.1"):
+        hits = legacy.search("whale ship storm", limit=3)
+    q = embedder.inner.encode_queries(["whale ship storm"])[0]
+    scores = embedder.inner.encode_documents([d.text for d in CORPUS]) @ q
+    assert [h.document_id for h in hits] == [CORPUS[i].id for i in np.argsort(-scores)[:3]]
+    with pytest.raises(CollectionMismatchError, match="--rebuild"):
+        QdrantSync(client, "docs", embedder).sync(CORPUS)
+    embedder.embedded = 0
+    assert QdrantSync(client, "docs", embedder, sparse=False).sync(CORPUS).unchanged == len(CORPUS)  # still syncs
+    assert embedder.embedded == 0
+    report = QdrantSync(client, "docs", embedder).sync(CORPUS[:-1], rebuild=True)
+    assert report.added == len(CORPUS) - 1 and report.deleted == 1
+    assert collection_settings(client, "docs")["layout"] == 2
+    assert not client.collection_exists("docs" + REBUILD_SUFFIX)
+    assert sorted(stored(client)) == [d.id for d in CORPUS[:-1]]
+    assert all("bm25" in p.vector for p in stored(client).values())
+    assert [h.document_id for h in QdrantSync.open(client, "docs", embedder).search("whale", limit=3)]
+
+
+class CrashAt:
+    """A client whose ``method`` raises on its ``nth`` call (1-based) with ``first`` argument matching: a process
+    that dies there (every earlier write was acknowledged, nothing later happens)."""
+
+    def __init__(self, client, method, nth=1, collection=None):
+        self.client, self.method, self.nth, self.collection, self.calls = client, method, nth, collection, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.client, name)
+        if name != self.method:
+            return attr
+
+        def call(*args, **kwargs):
+            target = args[0] if args else kwargs.get("collection_name")
+            if self.collection is None or target == self.collection:
+                self.calls += 1
+                if self.calls == self.nth:
+                    raise KeyboardInterrupt(f"crash in {name}")
+            return attr(*args, **kwargs)
+        return call
+
+
+@pytest.mark.parametrize("method,nth,collection", [
+    ("upsert", 3, "docs" + REBUILD_SUFFIX),  # while embedding into the staging collection
+    ("update_collection", 1, "docs" + REBUILD_SUFFIX),  # before the staging collection is marked complete
+    ("create_collection", 1, "docs"),  # after the old collection was dropped
+    ("upsert", 1, "docs"),  # while copying the staged points in
+    ("update_collection", 1, "docs"),  # before the copy is marked done
+    ("delete_collection", 2, None),  # before the staging collection is dropped
+])
+def test_a_rebuild_stopped_anywhere_loses_nothing_and_the_next_sync_finishes_it(client, embedder, method, nth,
+                                                                                   collection):
+    make_legacy_collection(client, embedder, CORPUS)
+    before = {k: p.payload for k, p in stored(client).items()}
+    crashing = CrashAt(client, method, nth, collection)
+    with pytest.raises(KeyboardInterrupt):
+        QdrantSync(crashing, "docs", embedder, batch_size=2).sync(CORPUS, rebuild=True)
+    # Every document is still somewhere: the old collection, or the staged one.
+    if client.collection_exists("docs"):
+        settings = collection_settings(client, "docs")
+        if settings.get("layout", 1) == 1:
+            assert {k: p.payload for k, p in stored(client).items()} == before
+        elif (settings.get("rebuild") or {}).get("state") == "copying":
+            with pytest.raises(CollectionMismatchError, match="interrupted"):
+                QdrantSync.open(client, "docs", embedder).search("whale")
+    else:
+        assert len(stored(client, "docs" + REBUILD_SUFFIX)) == len(CORPUS)
+        with pytest.raises(CollectionMismatchError, match="rebuild was interrupted"):
+            QdrantSync(client, "docs", embedder).search("whale")
+    embedder.embedded = 0
+    report = QdrantSync(client, "docs", embedder).sync(CORPUS, rebuild=True)
+    assert report.added + report.unchanged == len(CORPUS) and not report.failed
+    if method != "upsert" or collection != "docs" + REBUILD_SUFFIX:
+        assert embedder.embedded == 0  # the staged work was kept
+    assert not client.collection_exists("docs" + REBUILD_SUFFIX)
+    points = stored(client)
+    assert sorted(points) == [d.id for d in CORPUS] and collection_settings(client, "docs")["layout"] == 2
+    vectors = embedder.inner.encode_documents([d.text for d in CORPUS])
+    for d, v in zip(CORPUS, vectors):
+        np.testing.assert_allclose(points[d.id].vector["dense"], v, rtol=1e-5, atol=1e-6)
+        assert dict(zip(points[d.id].vector["bm25"].indices, points[d.id].vector["bm25"].values)) == \
+            bm25_of(client).embed_document(d.text).as_dict()
+    assert "rebuild" not in collection_settings(client, "docs")
+
+
+def test_a_rebuild_with_failures_or_too_many_deletions_keeps_the_old_collection(client, embedder):
+    make_legacy_collection(client, embedder, CORPUS)
+    before = {k: p.payload for k, p in stored(client).items()}
+    with pytest.raises(MassDeletionError):
+        QdrantSync(client, "docs", embedder).sync(CORPUS[:2], rebuild=True)
+    with pytest.raises(RebuildError, match="was not replaced"):
+        QdrantSync(client, "docs", embedder).sync(CORPUS[:-1] + [Document("bad", 3)], rebuild=True)
+    assert {k: p.payload for k, p in stored(client).items()} == before
+    assert collection_settings(client, "docs").get("layout", 1) == 1
