@@ -66,6 +66,7 @@ RRF_K = 60  # the constant of Cormack et al. (2009), given explicitly: Qdrant's 
 PREFETCH_MIN = 100  # candidates each side of a hybrid search brings to the fusion, at least
 PREFETCH_PER_HIT = 5  # ... and per requested hit
 AVG_LEN_SAMPLE_CHARS = 64 << 20  # text read to choose a new collection's BM25 average length
+PASSAGE_LEN_SAMPLE_CHARS = 4 << 20  # ... and tokenized by the model to turn passage_tokens into BM25 tokens
 REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
 # A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
 # an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
@@ -348,20 +349,25 @@ class QdrantSync:
         tokens on the same text. Both are recorded in the collection and every later sync uses them: values written
         with another average would not be comparable."""
         bm25 = Bm25(language=self.sparse_language)
-        lengths, model_tokens, budget = [], 0, AVG_LEN_SAMPLE_CHARS
-        tokenizer = self.embedder.tokenizer
+        lengths, budget = [], AVG_LEN_SAMPLE_CHARS
+        sample_bm25 = sample_model = 0  # BM25 and model tokens of the text sampled for the passages' ratio
+        sample_budget = PASSAGE_LEN_SAMPLE_CHARS
+        tokenizer = self.embedder.tokenizer if self.passage_tokens else None
         for doc in documents:
             if budget <= 0:
                 break
             text = doc.text[:budget]
             budget -= len(text)
             lengths.append(bm25.length(text))
-            if self.passage_tokens and tokenizer is not None and text:
-                model_tokens += sum(map(len, tokenizer.encode_stream(text))) - 1  # the EOS is not text
+            if tokenizer is not None and text.strip() and sample_budget > 0:
+                sample = text[:sample_budget]
+                sample_budget -= len(sample)
+                sample_bm25 += bm25.length(sample)
+                sample_model += sum(map(len, tokenizer.encode_stream(sample))) - 1  # the EOS is not text
         avg_len = sum(lengths) / len(lengths) if lengths and sum(lengths) > 0 else bm25.avg_len
         settings = bm25.with_avg_len(float(avg_len)).settings()
         if self.passage_tokens:
-            per_token = sum(lengths) / model_tokens if model_tokens and sum(lengths) else None
+            per_token = sample_bm25 / sample_model if sample_model > 0 and sample_bm25 > 0 else None
             settings["passage_avg_len"] = (float(max(per_token * self.passage_tokens, 1.0)) if per_token
                                            else bm25.avg_len)
         return settings
@@ -531,6 +537,9 @@ class QdrantSync:
         ``rebuild``: build the collection anew with this instance's settings (layout, model, passages, BM25) from
         ``documents`` into a staging collection, then replace the old one with it; see ``_rebuild``."""
         if rebuild:
+            if not delete_missing:
+                raise ValueError("a rebuild builds the collection from `documents` alone; delete_missing=False "
+                                 "cannot keep documents that are not among them")
             return self._rebuild(list(documents), show_progress_bar, on_document, keep_ids, allow_mass_delete,
                                  skip_empty)
         from tqdm.auto import tqdm

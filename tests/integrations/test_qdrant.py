@@ -456,8 +456,11 @@ def test_bm25_vectors_and_the_recorded_average_length(client, embedder):
     assert settings["layout"] == 2 and settings["vectors"] == {"dense": "dense", "sparse": "bm25"}
     plain = Bm25()
     assert settings["sparse"]["avg_len"] == pytest.approx(sum(plain.length(d.text) for d in first) / len(first))
+    # Passages: 8 model tokens in BM25 tokens, at the ratio of the first sync's text.
+    texts = [d.text for d in first]
+    ratio = sum(plain.length(t) for t in texts) / sum(len(ids) - 1 for ids in embedder.inner.tokenize(texts))
+    assert settings["sparse"]["passage_avg_len"] == pytest.approx(8 * ratio)
     n_model = len(embedder.inner.tokenize([d.text for d in first[-1:]])[0]) - 1
-    assert settings["sparse"]["passage_avg_len"] > 0
     points, _ = client.scroll("docs", limit=10_000, with_payload=True, with_vectors=True)
     by_kind = {"document": 0, "passage": 0}
     for p in points:
@@ -632,6 +635,8 @@ def test_a_rebuild_with_failures_or_too_many_deletions_keeps_the_old_collection(
     before = {k: p.payload for k, p in stored(client).items()}
     with pytest.raises(MassDeletionError):
         QdrantSync(client, "docs", embedder).sync(CORPUS[:2], rebuild=True)
+    with pytest.raises(ValueError, match="delete_missing=False"):
+        QdrantSync(client, "docs", embedder).sync(CORPUS[:2], rebuild=True, delete_missing=False)
     with pytest.raises(RebuildError, match="was not replaced"):
         QdrantSync(client, "docs", embedder).sync(CORPUS[:-1] + [Document("bad", 3)], rebuild=True)
     assert {k: p.payload for k, p in stored(client).items()} == before
