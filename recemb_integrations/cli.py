@@ -697,9 +697,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["hybrid", "dense", "sparse"],
                    help="hybrid: dense + BM25 fused (the default where the collection has BM25 vectors); dense; "
                         "sparse: BM25 alone")
-    p.add_argument("--fusion", choices=["rrf", "dbsf"], default="rrf",
-                   help="how hybrid search fuses its two lists: reciprocal rank fusion (default) or "
-                        "distribution-based score fusion")
+    p.add_argument("--fusion", choices=["dbsf", "rrf"], default="dbsf",
+                   help="how hybrid search fuses its two lists: distribution-based score fusion (default) or "
+                        "reciprocal rank fusion")
     qdrant_options(p, sync=False)
     model_options(p, default="the model the collection was built with")
     p.set_defaults(run=cmd_search)

@@ -426,7 +426,7 @@ def test_hybrid_search_is_rrf_of_the_dense_and_bm25_rankings(client, embedder):
         def same_ranking(hits, scores, rtol=1e-6):
             np.testing.assert_allclose([h.score for h in hits], [scores[h.document_id] for h in hits], rtol=rtol)
             np.testing.assert_allclose([h.score for h in hits], sorted(scores.values(), reverse=True)[:5], rtol=rtol)
-        same_ranking(sync.search(query, limit=5), fused)
+        same_ranking(sync.search(query, limit=5, fusion="rrf"), fused)
         same_ranking(sync.search(query, limit=5, mode="sparse"), sparse_scores, rtol=1e-5)
         same_ranking(sync.search(query, limit=5, mode="dense"), dense_scores, rtol=1e-4)
         # DBSF: each list's scores mapped by (s - (mean - 3 sd)) / (6 sd), then summed
@@ -438,7 +438,7 @@ def test_hybrid_search_is_rrf_of_the_dense_and_bm25_rankings(client, embedder):
         dbsf = normalised(dense_scores)
         for k, v in normalised(sparse_scores).items():
             dbsf[k] += v
-        same_ranking(sync.search(query, limit=5, fusion="dbsf"), dbsf, rtol=1e-4)
+        same_ranking(sync.search(query, limit=5), dbsf, rtol=1e-4)  # DBSF is the default
 
 
 def test_filters_apply_to_both_sides_of_a_hybrid_search(client, embedder):
