@@ -169,6 +169,38 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(spearmanr(a, b).statistic)
 
 
+def ir_metrics(ranked: list[list[str]], qids: list[str], qrels: dict[str, dict[str, int]]) -> dict:
+    """Mean nDCG@10 and Recall@100 of ranked document ids, one list per query."""
+    return {
+        "ndcg@10": float(np.mean([ndcg_at(r, qrels[q]) for r, q in zip(ranked, qids)])),
+        "recall@100": float(np.mean([recall_at(r, qrels[q]) for r, q in zip(ranked, qids)])),
+    }
+
+
+# --------------------------------------------------------------------------------------------- one system
+
+
+def ir_ranking(system, qtexts: list[str], doc_texts: list[str], task: str | None = None, k: int = 100) -> np.ndarray:
+    """Top-k document indices per query: BM25 (bm25s) when ``system`` is None, else the system's embeddings."""
+    if system is None:
+        return bm25_rank(qtexts, doc_texts, k)
+    return dense_rank(system.queries(qtexts, task), system.documents(doc_texts), k)
+
+
+def long_accuracy(system, docs: list[str], queries: dict) -> dict[str, float]:
+    """Accuracy@1 per band of the long-document test (``long_document_task``); BM25 when ``system`` is None."""
+    d = system.documents(docs) if system is not None else None
+    acc: dict[str, float] = {}
+    for band, items in queries.items():
+        if not items:
+            continue
+        targets = np.array([di for di, _ in items])
+        texts = [q for _, q in items]
+        top = bm25_rank(texts, docs, 1) if system is None else dense_rank(system.queries(texts), d, 1)
+        acc[f"{band[0]}-{band[1]}"] = float((top[:, 0] == targets).mean())
+    return acc
+
+
 # --------------------------------------------------------------------------------------------- run
 
 
@@ -178,15 +210,10 @@ def evaluate(systems, collections, data: Path, sts: bool, long_words: int, long_
         doc_ids, doc_texts, qids, qtexts, qrels = load_collection(data / "ir" / coll)
         for name, system in systems.items():
             t0 = time.time()
-            if system is None:
-                ranks = bm25_rank(qtexts, doc_texts, 100)
-            else:
-                ranks = dense_rank(system.queries(qtexts, QUERY_TASKS.get(coll)), system.documents(doc_texts), 100)
+            ranks = ir_ranking(system, qtexts, doc_texts, QUERY_TASKS.get(coll))
             ranked = [[doc_ids[j] for j in row] for row in ranks]
             results["ir"].setdefault(name, {})[coll] = {
-                "ndcg@10": float(np.mean([ndcg_at(r, qrels[q]) for r, q in zip(ranked, qids)])),
-                "recall@100": float(np.mean([recall_at(r, qrels[q]) for r, q in zip(ranked, qids)])),
-                "queries": len(qids), "documents": len(doc_ids),
+                **ir_metrics(ranked, qids, qrels), "queries": len(qids), "documents": len(doc_ids),
             }
             results["seconds"].setdefault(name, 0.0)
             results["seconds"][name] += time.time() - t0
@@ -202,15 +229,9 @@ def evaluate(systems, collections, data: Path, sts: bool, long_words: int, long_
     if long_words:
         docs, queries = long_document_task(data / "long" / LONG_BOOK, long_words, long_docs)
         for name, system in systems.items():
-            d = system.documents(docs) if system is not None else None
-            for band, items in queries.items():
-                if not items:
-                    continue
-                targets = np.array([di for di, _ in items])
-                texts = [q for _, q in items]
-                top = bm25_rank(texts, docs, 1) if system is None else dense_rank(system.queries(texts), d, 1)
-                acc = float((top[:, 0] == targets).mean())
-                results["long"].setdefault(name, {})[f"{band[0]}-{band[1]}"] = acc
+            acc = long_accuracy(system, docs, queries)
+            if acc:
+                results["long"][name] = acc
             print(f"  long       {name:<32} {results['long'].get(name)}", flush=True)
         results["long_setup"] = {"book": LONG_BOOK, "words_per_document": long_words, "documents": len(docs),
                                  "queries_per_band": {f"{a}-{b}": len(v) for (a, b), v in queries.items()}}

@@ -66,7 +66,9 @@ FUSIONS = ("dbsf", "rrf")
 # pull good matches down. Measured through this path (docs/quality.md): mean nDCG@10 over the shared IR collections
 # 0.504 (DBSF) vs 0.475 (RRF) with the bundled model; long documents without passages 0.73-0.79 vs 0.34-0.45.
 DEFAULT_FUSION = "dbsf"
-RRF_K = 60  # the constant of Cormack et al. (2009), given explicitly: Qdrant's own default differs between engines
+# Qdrant scores a list's hit at 0-based position p by 1 / (p + k): k = 61 is Cormack et al.'s (2009) 1 / (60 + rank),
+# given explicitly because Qdrant's own default differs between engines.
+RRF_K = 61
 PREFETCH_MIN = 100  # candidates each side of a hybrid search brings to the fusion, at least
 PREFETCH_PER_HIT = 5  # ... and per requested hit
 AVG_LEN_SAMPLE_CHARS = 64 << 20  # text read to choose a new collection's BM25 average length
@@ -764,6 +766,7 @@ class QdrantSync:
                 passages = _PassageWriter(self, doc)
                 passages.feed(doc_ids)
                 n_passages = passages.close()
+                report.embedded_tokens += passages.tokens
             self._complete(doc, action, vector, stream, n_passages, report, done)
 
     def _sync_streamed(self, doc: Document, action: str, report: SyncReport, done, show: bool) -> None:
@@ -790,6 +793,7 @@ class QdrantSync:
 
                 vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True)
                 n_passages = passages.close() if passages is not None else 0
+                report.embedded_tokens += passages.tokens if passages is not None else 0
         except TokenizationError as e:
             report.failed.append((doc.id, str(e)))
             return
@@ -828,8 +832,8 @@ class QdrantSync:
         ``mode``: "hybrid" (the default where the collection has BM25 vectors: Qdrant prefetches the nearest points
         by the dense vector and by BM25, each under the filter, and fuses the two lists with ``fusion``, "dbsf"
         (distribution-based score fusion: each list's scores scaled by its mean +- 3 standard deviations, then
-        summed; the default) or "rrf" (reciprocal rank fusion, k = 60)), "dense" (the default of a
-        dense-only collection) or "sparse" (BM25 alone). A query without BM25 terms (empty, or only stopwords and
+        summed; the default) or "rrf" (reciprocal rank fusion, 1 / (60 + rank) as Cormack et al.)), "dense" (the
+        default of a dense-only collection) or "sparse" (BM25 alone). A query without BM25 terms (empty, or only stopwords and
         punctuation) is searched dense-only, with a ``SearchNotice``.
         ``filter``: a qdrant ``models.Filter``, or a dict of metadata key -> value (all must match): a string,
         integer or boolean matches exactly, a list of strings or of integers matches any of them.
@@ -1015,6 +1019,7 @@ class _PassageWriter:
         self.windows = PassageWindows(sync.passage_tokens, sync.passage_overlap, sync.embedder.tokenizer.eos_token_id)
         self.pending: list[list[int]] = []
         self.written = 0
+        self.tokens = 0  # embedded in passages (EOS included), counted in the report beside the document's own
 
     def feed(self, ids: Sequence[int]) -> None:
         self.pending += self.windows.feed(ids)
@@ -1047,6 +1052,7 @@ class _PassageWriter:
                                              payload=payload))
         sync._call(sync.client.upsert, sync.collection, points=points, wait=True)
         self.written += len(windows)
+        self.tokens += sum(map(len, windows))
 
 
 def interrupted_rebuild_hint(client, collection: str) -> str | None:

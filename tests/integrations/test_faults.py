@@ -207,13 +207,14 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         assert sum(list(stream), []) == reference and sum(chars) == len(text)  # progress during tokenization
         widest.clear()
         report = sync.sync([Document("big.txt", text)])
-        assert report.added == 1 and report.embedded_tokens == len(reference)
         assert widest and max(widest) <= 2 * window  # the tokenizer never saw the whole text
         point = client.retrieve("c", [sync_point_id("big.txt")], with_vectors=True)[0]
         expected = emb.embed_token_ids([reference], normalize=True)[0].numpy()
         np.testing.assert_allclose(point.vector["dense"], expected, rtol=1e-5, atol=1e-6)
         body, eos = reference[:-1], reference[-1]
         windows = [body[i : i + 64] + [eos] for i in range(0, len(body) - 16, 48)]  # the whole-list rule
+        # The report counts every token embedded: the document's and its passages'.
+        assert report.added == 1 and report.embedded_tokens == len(reference) + sum(map(len, windows))
         passages, _ = client.scroll("c", scroll_filter=qm.Filter(must=[qm.FieldCondition(
             key="kind", match=qm.MatchValue(value="passage"))]), limit=10_000, with_vectors=True)
         assert sorted(p.payload["passage"] for p in passages) == list(range(len(windows)))
