@@ -68,6 +68,13 @@ def bm25_ranking(query_vector, document_vectors) -> list[tuple[int, float]]:
     return sorted(scores, key=lambda item: -item[1])
 
 
+def brute_force_rankings(reference, bm25, corpus: list[str] = CORPUS):
+    """query -> (dense ranking, BM25 ranking) over ``corpus``, computed without Qdrant."""
+    dense_documents, sparse_documents = reference.encode_documents(corpus), bm25.embed_documents(corpus)
+    return lambda query: (dense_ranking(reference.encode_queries([query])[0], dense_documents),
+                          bm25_ranking(bm25.embed_query(query), sparse_documents))
+
+
 def reciprocal_rank_fusion(rankings: list[list[int]], limit: int, k: int = RRF_K) -> list[tuple[int, float]]:
     """Sum of 1 / (position + k) over the rankings (position from 0), as qdrant-client fuses prefetches.
 

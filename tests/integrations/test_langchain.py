@@ -20,7 +20,7 @@ from tests.integrations.hybrid import (  # noqa: E402
     QUERIES,
     assert_no_near_ties,
     bm25_ranking,
-    dense_ranking,
+    brute_force_rankings,
     reciprocal_rank_fusion,
 )
 from tests.utils import SAMPLE_TEXT  # noqa: E402
@@ -200,10 +200,7 @@ def hybrid_store(request, reference):
 
 @pytest.fixture(scope="module")
 def rankings(reference, bm25):
-    """query -> (dense ranking, BM25 ranking) over CORPUS, computed without Qdrant."""
-    dense_documents, sparse_documents = reference.encode_documents(CORPUS), bm25.embed_documents(CORPUS)
-    return lambda query: (dense_ranking(reference.encode_queries([query])[0], dense_documents),
-                          bm25_ranking(bm25.embed_query(query), sparse_documents))
+    return brute_force_rankings(reference, bm25)
 
 
 def assert_same_hits(hits, expected):
