@@ -19,7 +19,8 @@ Invariants that make a killed sync safe to re-run:
 - point ids are deterministic (uuid5 of the document id, and of (id, passage index) for passages), so writing a
   document twice overwrites it instead of duplicating it;
 - a document's own point, which carries its content hash, is written last, after its passages: a crash leaves the
-  old hash (or no point), and the next run redoes that document;
+  old hash (or no point), and the next run redoes that document (the points of a batch's documents go in one request,
+  after all of the batch's passages);
 - every write waits for acknowledgement (``wait=True``) and transient server errors are retried;
 - the collection's model, dimension and distance are checked before the first write;
 - a sync that would delete most of a collection stops before its first write unless told it is intended.
@@ -736,14 +737,33 @@ class QdrantSync:
         limits = [n for n in (self.max_tokens, self.embedder.max_length) if n is not None]
         return min(limits) if limits else None
 
-    def _complete(self, doc: Document, action: str, vector, stream: TokenStream, n_passages: int,
-                  report: SyncReport, done) -> None:
-        """Write the document's own point (after its passages) and account for it."""
-        if stream.truncated:
-            report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
-        self._write_document_point(doc, vector, stream.tokens, n_passages, existing_doc=action == "updated")
-        report.embedded_tokens += stream.tokens
-        done(doc, action)
+    def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int]], report: SyncReport,
+                  done) -> None:
+        """Write the own points of documents whose passages are all written, and account for them: one delete of
+        their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
+        point), so the next sync redoes them."""
+        stale = [models.Filter(must=[_match("document_id", doc.id), _match("kind", KIND_PASSAGE),
+                                     models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])
+                 for doc, action, _, _, n_passages in finished if action == "updated" or n_passages]
+        if stale:  # passages beyond the new count belong to an older version of the text
+            self._call(self.client.delete, self.collection, points_selector=models.FilterSelector(
+                filter=models.Filter(should=stale)), wait=True)
+        points = []
+        for doc, _, vector, stream, _ in finished:
+            payload = {"document_id": doc.id, "kind": KIND_DOCUMENT, "content_hash": content_hash(doc.text),
+                       "metadata": doc.metadata, "tokens": stream.tokens}
+            if self.store_text:
+                payload["text"] = doc.text
+            sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
+            points.append(models.PointStruct(id=point_id(doc.id), vector=self._point_vectors(vector, sparse),
+                                             payload=payload))
+        # The document points go last: a content hash marks its document as complete.
+        self._call(self.client.upsert, self.collection, wait=True, points=points)
+        for doc, action, _, stream, _ in finished:
+            if stream.truncated:
+                report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
+            report.embedded_tokens += stream.tokens
+            done(doc, action)
 
     def _sync_batch(self, batch: list[tuple[Document, str]], report: SyncReport, done,
                     show_progress_bar: bool | None) -> None:
@@ -760,6 +780,7 @@ class QdrantSync:
         ids = [list(itertools.chain.from_iterable(s)) for s in streams]
         vectors = self.embedder.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar)
         vectors = vectors.cpu().numpy()
+        finished = []
         for (doc, action), vector, doc_ids, stream in zip(batch, vectors, ids, streams):
             n_passages = 0
             if self.passage_tokens:
@@ -767,7 +788,8 @@ class QdrantSync:
                 passages.feed(doc_ids)
                 n_passages = passages.close()
                 report.embedded_tokens += passages.tokens
-            self._complete(doc, action, vector, stream, n_passages, report, done)
+            finished.append((doc, action, vector, stream, n_passages))
+        self._complete(finished, report, done)  # the batch's own points after all of its passages
 
     def _sync_streamed(self, doc: Document, action: str, report: SyncReport, done, show: bool) -> None:
         """A long document: tokenized in windows, embedded as a stream, passages cut from the same stream."""
@@ -797,24 +819,7 @@ class QdrantSync:
         except TokenizationError as e:
             report.failed.append((doc.id, str(e)))
             return
-        self._complete(doc, action, vector.cpu().numpy(), stream, n_passages, report, done)
-
-    def _write_document_point(self, doc: Document, vector, n_tokens: int, n_passages: int,
-                              existing_doc: bool) -> None:
-        payload = {"document_id": doc.id, "kind": KIND_DOCUMENT, "content_hash": content_hash(doc.text),
-                   "metadata": doc.metadata, "tokens": n_tokens}
-        if self.store_text:
-            payload["text"] = doc.text
-        if existing_doc or n_passages:
-            # Passages beyond the new count belong to an older version of the text.
-            self._call(self.client.delete, self.collection, points_selector=models.FilterSelector(
-                filter=models.Filter(must=[_match("document_id", doc.id), _match("kind", KIND_PASSAGE),
-                                           models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])),
-                wait=True)
-        sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
-        # The document point goes last: its content hash marks the document as complete.
-        self._call(self.client.upsert, self.collection, wait=True, points=[
-            models.PointStruct(id=point_id(doc.id), vector=self._point_vectors(vector, sparse), payload=payload)])
+        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages)], report, done)
 
     # ------------------------------------------------------------------ search
     def search(

@@ -360,20 +360,20 @@ def test_empty_and_whitespace_documents_warn_and_skip_empty_leaves_them_out(tmp_
 
 # ---------------------------------------------------------------------- interrupts, kills, two processes
 RUNNER = textwrap.dedent("""
-    # The real `recemb sync` in its own process, reporting each document point it writes (and each delete) to a
+    # The real `recemb sync` in its own process, reporting the document points it writes (and each delete) to a
     # progress file and pausing after it, so the test can interrupt or kill it at a known point.
     import sys, time
     import recemb_integrations.qdrant as q
     from recemb_integrations.cli import main
     progress, pause, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
     q.DELETE_BATCH = 4
-    write_point = q.QdrantSync._write_document_point
-    def reporting_write(self, doc, *a, **k):
-        write_point(self, doc, *a, **k)
+    complete = q.QdrantSync._complete
+    def reporting_complete(self, finished, *a, **k):  # the documents' own points, written together
+        complete(self, finished, *a, **k)
         with open(progress, "a") as f:
-            f.write("wrote " + doc.id + "\\n")
+            f.writelines("wrote " + item[0].id + "\\n" for item in finished)
         time.sleep(pause)
-    q.QdrantSync._write_document_point = reporting_write
+    q.QdrantSync._complete = reporting_complete
     class ReportingClient:
         def __init__(self, inner):
             self.inner = inner

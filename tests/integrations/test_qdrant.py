@@ -258,7 +258,7 @@ def test_transient_errors_are_retried_others_are_not(client, embedder):
     flaky = FlakyClient(client, "upsert", failures=2)
     sync = QdrantSync(flaky, "docs", embedder)
     sync._retry.wait = lambda *a, **k: 0
-    assert sync.sync(DOCS).added == 3 and flaky.calls == 5
+    assert sync.sync(DOCS).added == 3 and flaky.calls == 3  # the batch's points in one request, tried 3 times
     bad = FlakyClient(client, "upsert", failures=1, status=400)
     with pytest.raises(Exception, match="Service Unavailable"):
         QdrantSync(bad, "docs", embedder).sync([Document("new.txt", "x")])
@@ -641,3 +641,29 @@ def test_a_rebuild_with_failures_or_too_many_deletions_keeps_the_old_collection(
         QdrantSync(client, "docs", embedder).sync(CORPUS[:-1] + [Document("bad", 3)], rebuild=True)
     assert {k: p.payload for k, p in stored(client).items()} == before
     assert collection_settings(client, "docs").get("layout", 1) == 1
+
+
+class RecordingClient:
+    """Records the kinds of the points each upsert writes."""
+
+    def __init__(self, inner):
+        self.inner, self.upserts = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def upsert(self, collection, points, **kwargs):
+        self.upserts.append([p.payload["kind"] for p in points])
+        return self.inner.upsert(collection, points=points, **kwargs)
+
+
+def test_a_batch_writes_its_document_points_together_after_all_its_passages(client, embedder):
+    recording = RecordingClient(client)
+    docs = [Document(f"b{i}", " ".join(d.text for d in CORPUS[i : i + 3])) for i in range(5)]
+    QdrantSync(recording, "docs", embedder, passage_tokens=8, batch_size=4).sync(docs)
+    with_documents = [i for i, kinds in enumerate(recording.upserts) if "document" in kinds]
+    assert [recording.upserts[i] for i in with_documents] == [["document"] * 4, ["document"]]
+    first_batch_passages = [i for i, kinds in enumerate(recording.upserts) if i < with_documents[0]]
+    assert first_batch_passages and all(recording.upserts[i] and set(recording.upserts[i]) == {"passage"}
+                                        for i in first_batch_passages)
+    assert sorted(stored(client)) == [d.id for d in docs]
