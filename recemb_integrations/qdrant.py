@@ -75,6 +75,8 @@ PREFETCH_PER_HIT = 5  # ... and per requested hit
 AVG_LEN_SAMPLE_CHARS = 64 << 20  # text read to choose a new collection's BM25 average length
 PASSAGE_LEN_SAMPLE_CHARS = 4 << 20  # ... and tokenized by the model to turn passage_tokens into BM25 tokens
 REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
+PAYLOAD_INDEXES = {"document_id": models.PayloadSchemaType.KEYWORD, "kind": models.PayloadSchemaType.KEYWORD,
+                   "passage": models.PayloadSchemaType.INTEGER}  # what syncs and searches filter by
 # A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
 # an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
 MASS_DELETE_MIN_DOCUMENTS = 5
@@ -419,7 +421,16 @@ class QdrantSync:
             sparse_vectors_config=sparse_config,
             metadata={META_KEY: expected},
         )
+        self._index_payload(self.collection)
         self._adopt_layout(expected)
+
+    def _index_payload(self, collection: str) -> None:
+        """Payload indexes on the fields every sync filters by (a server uses them; local mode has none and says so
+        in a warning, silenced here)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+            for key, schema in PAYLOAD_INDEXES.items():
+                self._call(self.client.create_payload_index, collection, key, field_schema=schema, wait=True)
 
     def ensure_collection(self, create: bool = True, documents: Sequence[Document] = ()) -> None:
         """Create the collection, or check that it was built with this model, dimension and distance.
@@ -680,6 +691,7 @@ class QdrantSync:
         self._call(self.client.create_collection, self.collection, vectors_config=info.config.params.vectors,
                    sparse_vectors_config=info.config.params.sparse_vectors,
                    metadata={META_KEY: {**recorded, "rebuild": {"state": "copying", "source": staging}}})
+        self._index_payload(self.collection)
         self._copy_points(staging, recorded)
 
     def _copy_points(self, staging: str, recorded: dict[str, Any]) -> None:

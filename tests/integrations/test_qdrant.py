@@ -2,6 +2,7 @@
 
 import math
 import os
+import warnings
 import signal
 import subprocess
 import sys
@@ -644,10 +645,14 @@ def test_a_rebuild_with_failures_or_too_many_deletions_keeps_the_old_collection(
 
 
 class RecordingClient:
-    """Records the kinds of the points each upsert writes."""
+    """Records the kinds of the points each upsert writes, and the payload indexes created."""
 
     def __init__(self, inner):
-        self.inner, self.upserts = inner, []
+        self.inner, self.upserts, self.indexes = inner, [], []
+
+    def create_payload_index(self, collection, key, field_schema=None, **kwargs):
+        self.indexes.append((collection, key, field_schema))
+        return self.inner.create_payload_index(collection, key, field_schema=field_schema, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -667,3 +672,13 @@ def test_a_batch_writes_its_document_points_together_after_all_its_passages(clie
     assert first_batch_passages and all(recording.upserts[i] and set(recording.upserts[i]) == {"passage"}
                                         for i in first_batch_passages)
     assert sorted(stored(client)) == [d.id for d in docs]
+
+
+def test_collections_get_payload_indexes_on_what_syncs_filter_by(client, embedder):
+    recording = RecordingClient(client)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # local mode's "indexes have no effect" warning stays silent
+        QdrantSync(recording, "docs", embedder).sync(CORPUS[:2])
+    assert recording.indexes == [("docs", "document_id", qm.PayloadSchemaType.KEYWORD),
+                                 ("docs", "kind", qm.PayloadSchemaType.KEYWORD),
+                                 ("docs", "passage", qm.PayloadSchemaType.INTEGER)]
