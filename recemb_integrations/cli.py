@@ -382,7 +382,7 @@ def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
              "max_tokens": "--max-tokens"}
     if recorded is None:
         return {**given, "passage_overlap": given["passage_overlap"] or 0, "sparse": not args.dense_only}
-    from recemb_integrations.qdrant import layout_version, recorded_layout
+    from recemb_integrations.qdrant import layout_version, legacy_hybrid_refusal, recorded_layout
 
     kept = recorded_layout(recorded)
     if args.rebuild:
@@ -397,10 +397,7 @@ def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
                                f"{kept[key] if kept[key] is not None else '(none)'}, not {value}; drop the flag to "
                                "use the collection's setting, sync into a new --collection, or --rebuild it")
     if layout_version(recorded) == 1 and not args.dense_only:
-        raise CommandError(f"collection {args.collection!r} was built by recemb 0.1 with dense vectors only; "
-                           "hybrid search needs a BM25 vector on every point. Rebuild it with `recemb sync --rebuild "
-                           "PATHS` (the new collection is built beside the old one, which is dropped only when the "
-                           "new one is complete), or keep syncing it dense-only with --dense-only")
+        raise CommandError(legacy_hybrid_refusal(args.collection))
     if args.dense_only and kept["sparse"]:
         raise CommandError(f"collection {args.collection!r} was built with BM25 vectors (hybrid); drop --dense-only, "
                            "or --rebuild it dense-only")
@@ -434,7 +431,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             warnings.simplefilter("always", SearchNotice)
             hits = QdrantSync.open(client, args.collection, embedder).search(
                 args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
-                granularity=args.granularity, mode=args.mode, fusion=args.fusion)
+                granularity=args.granularity, mode=args.mode, **({"fusion": args.fusion} if args.fusion else {}))
     for note in notes:
         if issubclass(note.category, SearchNotice):
             print(f"recemb search: note: {note.message}", file=sys.stderr)
@@ -697,8 +694,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["hybrid", "dense", "sparse"],
                    help="hybrid: dense + BM25 fused (the default where the collection has BM25 vectors); dense; "
                         "sparse: BM25 alone")
-    p.add_argument("--fusion", choices=["dbsf", "rrf"], default="dbsf",
-                   help="how hybrid search fuses its two lists: distribution-based score fusion (default) or "
+    p.add_argument("--fusion", choices=["dbsf", "rrf"],
+                   help="how hybrid search fuses its two lists: distribution-based score fusion (the default) or "
                         "reciprocal rank fusion")
     qdrant_options(p, sync=False)
     model_options(p, default="the model the collection was built with")

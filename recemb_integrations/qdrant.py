@@ -150,6 +150,14 @@ def recorded_layout(recorded: dict[str, Any]) -> dict[str, Any]:
             "max_tokens": recorded.get("max_tokens"), "sparse": recorded.get("sparse") is not None}
 
 
+def legacy_hybrid_refusal(collection: str) -> str:
+    """Why a hybrid sync into a recemb 0.1 collection is refused, and the ways on."""
+    return (f"collection {collection!r} was built by recemb 0.1 with dense vectors only; hybrid search needs a BM25 "
+            "vector on every point. Nothing was written. Rebuild it with `recemb sync --rebuild PATHS` "
+            "(QdrantSync.sync(..., rebuild=True): the new collection is built beside the old one, which is dropped "
+            "only when the new one is complete), or keep syncing it dense-only with --dense-only (sparse=False).")
+
+
 def layout_version(recorded: dict[str, Any]) -> int:
     """1 for collections of recemb 0.1.0 (one unnamed dense vector), else the recorded version."""
     return int(recorded.get("layout", 1))
@@ -482,11 +490,7 @@ class QdrantSync:
             return
         version = layout_version(recorded)
         if version == 1 and self.sparse:
-            raise CollectionMismatchError(
-                f"collection {self.collection!r} was built by recemb 0.1 with dense vectors only; hybrid search needs "
-                "a BM25 vector on every point. Nothing was written. Rebuild it with `recemb sync --rebuild PATHS` "
-                "(QdrantSync.sync(..., rebuild=True): the new collection is built before the old one is dropped), "
-                "or keep syncing it dense-only with --dense-only (sparse=False).")
+            raise CollectionMismatchError(legacy_hybrid_refusal(self.collection))
         if version > LAYOUT_VERSION:
             raise CollectionMismatchError(f"collection {self.collection!r} has layout {version}, newer than this "
                                           f"recemb ({recemb.__version__}) knows; upgrade recemb")
@@ -663,6 +667,8 @@ class QdrantSync:
             report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
                                 allow_mass_delete=True, skip_empty=skip_empty)
         except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
+            # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
+            _recorded_metadata(self._call(self.client.get_collection, staging), staging)
             self._call(self.client.delete_collection, staging)
             stage = self._like(staging)
             report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
@@ -714,9 +720,9 @@ class QdrantSync:
         staging = self.collection + REBUILD_SUFFIX
         if len(staging) > MAX_COLLECTION_NAME or not self._call(self.client.collection_exists, staging):
             return False
-        staged = _recorded_metadata(self._call(self.client.get_collection, staging), staging)
+        staged = (self._call(self.client.get_collection, staging).config.metadata or {}).get(META_KEY) or {}
         if (staged.get("rebuild") or {}).get("state") != "staged":
-            return False  # a rebuild stopped while embedding: the next rebuild resumes it
+            return False  # a rebuild stopped while embedding (the next rebuild resumes it), or not recemb's
         final = {k: v for k, v in staged.items() if k != "rebuild"}
         if not self._call(self.client.collection_exists, self.collection):
             self._swap(staging, final)  # stopped between dropping the old collection and creating the new one
@@ -729,7 +735,6 @@ class QdrantSync:
             self._call(self.client.delete_collection, staging)  # stopped after the copy, before the clean-up
             return True
         return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
-
 
     @staticmethod
     def _check_empty(docs: list[Document], report: SyncReport, skip_empty: bool) -> list[Document]:
@@ -850,8 +855,8 @@ class QdrantSync:
         by the dense vector and by BM25, each under the filter, and fuses the two lists with ``fusion``, "dbsf"
         (distribution-based score fusion: each list's scores scaled by its mean +- 3 standard deviations, then
         summed; the default) or "rrf" (reciprocal rank fusion, 1 / (60 + rank) as Cormack et al.)), "dense" (the
-        default of a dense-only collection) or "sparse" (BM25 alone). A query without BM25 terms (empty, or only stopwords and
-        punctuation) is searched dense-only, with a ``SearchNotice``.
+        default of a dense-only collection) or "sparse" (BM25 alone). A query without BM25 terms (empty, or only
+        stopwords and punctuation) is searched dense-only, with a ``SearchNotice``.
         ``filter``: a qdrant ``models.Filter``, or a dict of metadata key -> value (all must match): a string,
         integer or boolean matches exactly, a list of strings or of integers matches any of them.
         ``granularity``: "document", "passage" or "any". Where the collection has passages, a document search

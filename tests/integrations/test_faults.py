@@ -25,7 +25,13 @@ from qdrant_client import models as qm  # noqa: E402
 from recemb.core import Embedder  # noqa: E402
 from recemb_integrations import cli  # noqa: E402
 from recemb_integrations.cli import main  # noqa: E402
-from recemb_integrations.qdrant import Document, MassDeletionError, QdrantSync, content_hash  # noqa: E402
+from recemb_integrations.qdrant import (  # noqa: E402
+    Document,
+    MassDeletionError,
+    QdrantSync,
+    collection_settings,
+    content_hash,
+)
 from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
 
 
@@ -233,7 +239,8 @@ def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder
     with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
         point = client.retrieve("c", [sync_point_id(str((corpus / "doc000.txt").resolve()))], with_vectors=True)[0]
     assert point.payload["tokens"] == 20
-    np.testing.assert_allclose(point.vector["dense"], emb.encode_documents([text], max_length=20)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(point.vector["dense"], emb.encode_documents([text], max_length=20)[0],
+                               rtol=1e-5, atol=1e-6)
     code, _, err = run(capsys, ["sync", str(corpus), "--max-tokens", "30", *opts])
     assert code == 2 and "--max-tokens" in err  # the collection keeps one truncation
 
@@ -668,3 +675,20 @@ def test_a_recemb_0_1_collection_is_refused_hybrid_and_rebuilt_by_the_cli(tmp_pa
         assert not client.collection_exists("c" + REBUILD_SUFFIX)
     code, hits, err = run(capsys, ["search", "topic 1", "--mode", "hybrid", *opts])
     assert code == 0 and len(hits) == 3 and "note" not in err, err
+
+
+def test_a_rebuild_given_a_mistyped_empty_or_partial_source_keeps_the_collection(tmp_path, opts, capsys):
+    corpus = make_corpus(tmp_path / "docs", 8)
+    assert run(capsys, ["sync", str(corpus), "--dense-only", *opts])[0] == 0
+    before = stored_ids(tmp_path / "store")
+    slips = [[str(tmp_path / "dosc")],  # mistyped
+             [""],  # an unset variable
+             [str(corpus / "doc000.txt")],  # one file of eight: most of the collection would go
+             [str(tmp_path / "nothing-*.txt")]]  # a glob that matches nothing
+    for paths in slips:
+        code, _, err = run(capsys, ["sync", *paths, "--rebuild", *opts])
+        assert code == 2 and err, paths
+        assert stored_ids(tmp_path / "store") == before
+    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
+        assert collection_settings(client, "c")["sparse"] is None  # still the dense-only collection it was
+        assert not client.collection_exists("c.recemb-rebuild")

@@ -102,7 +102,8 @@ def test_edit_remove_add(client, embedder):
     points = stored(client)
     assert set(points) == {"a.txt", "b.txt", "d.txt"} and sync.count() == 3
     assert points["a.txt"].payload["text"] == "an edited first document"
-    np.testing.assert_allclose(points["a.txt"].vector["dense"], embedder.inner.encode_documents("an edited first document"),
+    np.testing.assert_allclose(points["a.txt"].vector["dense"],
+                               embedder.inner.encode_documents("an edited first document"),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -682,3 +683,15 @@ def test_collections_get_payload_indexes_on_what_syncs_filter_by(client, embedde
     assert recording.indexes == [("docs", "document_id", qm.PayloadSchemaType.KEYWORD),
                                  ("docs", "kind", qm.PayloadSchemaType.KEYWORD),
                                  ("docs", "passage", qm.PayloadSchemaType.INTEGER)]
+
+
+def test_a_foreign_collection_named_like_the_staging_one_is_never_dropped(client, embedder):
+    make_legacy_collection(client, embedder, CORPUS)
+    client.create_collection("docs" + REBUILD_SUFFIX, vectors_config=qm.VectorParams(size=2,
+                                                                                    distance=qm.Distance.COSINE))
+    client.upsert("docs" + REBUILD_SUFFIX, points=[qm.PointStruct(id=1, vector=[1.0, 0.0], payload={"mine": 1})])
+    assert QdrantSync(client, "docs", embedder, sparse=False).sync(CORPUS).unchanged == len(CORPUS)
+    with pytest.raises(CollectionMismatchError, match="not created by recemb"):
+        QdrantSync(client, "docs", embedder).sync(CORPUS, rebuild=True)
+    assert client.retrieve("docs" + REBUILD_SUFFIX, [1])[0].payload == {"mine": 1}
+    assert collection_settings(client, "docs").get("layout", 1) == 1 and len(stored(client)) == len(CORPUS)
