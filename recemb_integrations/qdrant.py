@@ -1,12 +1,11 @@
 """Keep a Qdrant collection in step with a set of long documents, each embedded whole.
 
-    from contextlib import closing
-    from qdrant_client import QdrantClient
     from recemb.core import Embedder
     from recemb_integrations.qdrant import Document, QdrantSync
+    from recemb_integrations.stores import open_store
 
-    with closing(QdrantClient(path="./qdrant")) as client:  # embedded; or QdrantClient(url=...) for a server
-        sync = QdrantSync(client, "books", Embedder.from_pretrained("..."))
+    with open_store(path="./store") as store:  # embedded (Qdrant Edge); open_store(url=...) for a server
+        sync = QdrantSync(store, "books", Embedder.from_pretrained("..."))
         report = sync.sync([Document("moby", text, {"author": "Melville"})])
         hits = sync.search("a whale hunt", limit=5)  # hybrid: dense + BM25, fused by Qdrant
 
@@ -52,6 +51,8 @@ import recemb  # noqa: E402
 from recemb.core import Embedder  # noqa: E402
 from recemb.core.streaming import TokenizationError, TokenStream  # noqa: E402
 from recemb_integrations.sparse import Bm25, SparseVector  # noqa: E402
+from recemb_integrations.stores import (DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, SearchRequest,  # noqa: E402
+                                        Store, StoredPoint, as_store)
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 META_KEY = "recemb"
@@ -59,8 +60,7 @@ KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
 DISTANCE = models.Distance.COSINE
 # Layout 1 (recemb 0.1.0): one unnamed dense vector. Layout 2: a named dense vector and, unless dense-only, a named
 # BM25 sparse vector with IDF computed by Qdrant.
-LAYOUT_VERSION = 2
-DENSE_VECTOR, SPARSE_VECTOR = "dense", "bm25"
+LAYOUT_VERSION = 2  # vector names: DENSE_VECTOR and SPARSE_VECTOR, from recemb_integrations.stores
 SEARCH_MODES = ("hybrid", "dense", "sparse")
 FUSIONS = ("dbsf", "rrf")
 # DBSF by default: it keeps how far each side's best scores stand out, where RRF keeps only ranks and lets a weak side
@@ -75,8 +75,7 @@ PREFETCH_PER_HIT = 5  # ... and per requested hit
 AVG_LEN_SAMPLE_CHARS = 64 << 20  # text read to choose a new collection's BM25 average length
 PASSAGE_LEN_SAMPLE_CHARS = 4 << 20  # ... and tokenized by the model to turn passage_tokens into BM25 tokens
 REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
-PAYLOAD_INDEXES = {"document_id": models.PayloadSchemaType.KEYWORD, "kind": models.PayloadSchemaType.KEYWORD,
-                   "passage": models.PayloadSchemaType.INTEGER}  # what syncs and searches filter by
+PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER}  # what syncs and searches filter by
 # A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
 # an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
 MASS_DELETE_MIN_DOCUMENTS = 5
@@ -128,16 +127,17 @@ def check_passage_settings(passage_tokens: int | None, passage_overlap: int | No
                          f"got {passage_overlap!r}")
 
 
-def collection_settings(client, collection: str) -> dict[str, Any] | None:
+def collection_settings(store: Store | Any, collection: str) -> dict[str, Any] | None:
     """The recemb metadata a collection was built with (model, dim, passages, ...); None if it does not exist.
-    A collection without recemb metadata is a CollectionMismatchError."""
-    if not client.collection_exists(collection):
+    A collection without recemb metadata is a CollectionMismatchError. ``store``: a ``Store`` or a ``QdrantClient``."""
+    store = as_store(store)
+    if not store.collection_exists(collection):
         return None
-    return _recorded_metadata(client.get_collection(collection), collection)
+    return _recorded_metadata(store.collection_info(collection).metadata, collection)
 
 
-def _recorded_metadata(info, collection: str) -> dict[str, Any]:
-    recorded = (info.config.metadata or {}).get(META_KEY)
+def _recorded_metadata(metadata: dict[str, Any], collection: str) -> dict[str, Any]:
+    recorded = (metadata or {}).get(META_KEY)
     if recorded is None:
         raise CollectionMismatchError(f"collection {collection!r} was not created by recemb (no '{META_KEY}' "
                                       "metadata); use another collection name")
@@ -241,8 +241,9 @@ class QdrantSync:
     """Sync documents into one Qdrant collection and search it.
 
     Args:
-        client: a ``QdrantClient`` (local ``path=``/``":memory:"`` or a server ``url=``). Calls are serialised: local
-            mode is not thread-safe.
+        store: where the collection lives: a ``Store`` (``recemb_integrations.stores.open_store``: Qdrant Edge, a
+            server, local mode) or a ``QdrantClient`` (local ``path=``/``":memory:"`` or a server ``url=``). Calls are
+            serialised: local mode is not thread-safe.
         collection: collection name; created on first sync (cosine distance, size from the model).
         embedder: the recemb ``Embedder``.
         model_id: the name recorded in the collection (default: the embedder's name).
@@ -262,7 +263,7 @@ class QdrantSync:
 
     def __init__(
         self,
-        client,
+        store: Store | Any,
         collection: str,
         embedder: Embedder,
         model_id: str | None = None,
@@ -281,7 +282,7 @@ class QdrantSync:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(sparse, bool):
             raise TypeError(f"sparse must be True or False, got {sparse!r}")
-        self.client = client
+        self.store = as_store(store)
         self.collection = check_collection_name(collection)
         self.max_tokens = max_tokens
         self.embedder = embedder
@@ -311,10 +312,11 @@ class QdrantSync:
         )
 
     @classmethod
-    def open(cls, client, collection: str, embedder: Embedder, **kwargs) -> "QdrantSync":
+    def open(cls, store: Store | Any, collection: str, embedder: Embedder, **kwargs) -> "QdrantSync":
         """An instance with the settings the collection was built with (passages, truncation, BM25), for searching
         it (or syncing more of the same). The collection must exist."""
-        recorded = collection_settings(client, check_collection_name(collection))
+        store = as_store(store)
+        recorded = collection_settings(store, check_collection_name(collection))
         if recorded is None:
             raise CollectionMismatchError(f"collection {collection!r} does not exist; sync documents first")
         layout = recorded_layout(recorded)
@@ -322,11 +324,11 @@ class QdrantSync:
             layout["sparse"] = False  # a recemb 0.1 collection: dense-only (searchable, syncable with sparse=False)
         if recorded.get("sparse"):
             layout["sparse_language"] = recorded["sparse"].get("language", "english")
-        return cls(client, collection, embedder, **{**layout, **kwargs})
+        return cls(store, collection, embedder, **{**layout, **kwargs})
 
     def _like(self, collection: str) -> "QdrantSync":
         """Another collection's sync with this one's settings (the staging collection of a rebuild)."""
-        return QdrantSync(self.client, collection, self.embedder, model_id=self.model_id, store_text=self.store_text,
+        return QdrantSync(self.store, collection, self.embedder, model_id=self.model_id, store_text=self.store_text,
                           passage_tokens=self.passage_tokens, passage_overlap=self.passage_overlap,
                           batch_size=self.batch_size, retries=self._retries, max_tokens=self.max_tokens,
                           sparse=self.sparse, sparse_language=self.sparse_language)
@@ -410,7 +412,7 @@ class QdrantSync:
             return dense.tolist()
         vectors: dict[str, Any] = {DENSE_VECTOR: dense.tolist()}
         if sparse is not None and len(sparse):
-            vectors[SPARSE_VECTOR] = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+            vectors[SPARSE_VECTOR] = sparse
         return vectors
 
     def _call(self, fn: Callable, *args, **kwargs):
@@ -419,26 +421,16 @@ class QdrantSync:
 
     def _create(self, documents: Sequence[Document]) -> None:
         expected = self.expected_metadata()
-        sparse_config = None
         if self.sparse:
             expected["sparse"] = self.choose_bm25(documents)
-            sparse_config = {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
-        self._call(
-            self.client.create_collection, self.collection,
-            vectors_config={DENSE_VECTOR: models.VectorParams(size=self.embedder.dim, distance=DISTANCE)},
-            sparse_vectors_config=sparse_config,
-            metadata={META_KEY: expected},
-        )
+        self._call(self.store.create_collection, self.collection, self.embedder.dim, self.sparse, {META_KEY: expected})
         self._index_payload(self.collection)
         self._adopt_layout(expected)
 
     def _index_payload(self, collection: str) -> None:
-        """Payload indexes on the fields every sync filters by (a server uses them; local mode has none and says so
-        in a warning, silenced here)."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
-            for key, schema in PAYLOAD_INDEXES.items():
-                self._call(self.client.create_payload_index, collection, key, field_schema=schema, wait=True)
+        """Payload indexes on the fields every sync filters by (a server and Edge use them; local mode has none)."""
+        for key, schema in PAYLOAD_INDEXES.items():
+            self._call(self.store.create_payload_index, collection, key, schema)
 
     def ensure_collection(self, create: bool = True, documents: Sequence[Document] = ()) -> None:
         """Create the collection, or check that it was built with this model, dimension and distance.
@@ -449,24 +441,22 @@ class QdrantSync:
         if self._verified or (not create and self._read_checked):
             return
         expected = self.expected_metadata()
-        if not self._call(self.client.collection_exists, self.collection):
+        if not self._call(self.store.collection_exists, self.collection):
             if not create:
                 raise CollectionMismatchError(f"collection {self.collection!r} does not exist; "
-                                              + (self._call(interrupted_rebuild_hint, self.client, self.collection)
+                                              + (self._call(interrupted_rebuild_hint, self.store, self.collection)
                                                  or "sync documents first"))
             self._create(documents)
             self._verified = True
             return
-        info = self._call(self.client.get_collection, self.collection)
-        recorded = _recorded_metadata(info, self.collection)
+        info = self._call(self.store.collection_info, self.collection)
+        recorded = _recorded_metadata(info.metadata, self.collection)
         if (recorded.get("rebuild") or {}).get("state") == "copying":
             raise CollectionMismatchError(
                 f"collection {self.collection!r} is being filled by a rebuild that was interrupted; run the sync "
                 "again (`recemb sync --rebuild ...` or any sync of it) to finish it. Nothing was lost: the rebuilt "
                 f"points are kept in {self.collection + REBUILD_SUFFIX!r} until then.")
-        vectors = info.config.params.vectors
-        dense_params = vectors.get(DENSE_VECTOR) if isinstance(vectors, dict) else vectors
-        size = getattr(dense_params, "size", None)
+        size = info.dense_size
         problems = []
         if recorded.get("dim") != self.embedder.dim or (size is not None and size != self.embedder.dim):
             problems.append(f"dimension {recorded.get('dim')} (collection) vs {self.embedder.dim} (model)")
@@ -520,7 +510,7 @@ class QdrantSync:
         offset = None
         while True:
             points, offset = self._call(
-                self.client.scroll, self.collection, limit=512, offset=offset,
+                self.store.scroll, self.collection, limit=512, offset=offset,
                 with_payload=["document_id", "content_hash", "kind", "metadata"], with_vectors=False,
             )
             for p in points:
@@ -584,11 +574,11 @@ class QdrantSync:
             old = existing.get(doc.id)
             if old is not None and old[0] == h:
                 if old[1] != doc.metadata:
-                    self._call(self.client.set_payload, self.collection, payload={"metadata": doc.metadata},
-                               points=[point_id(doc.id)], wait=True)
-                    self._call(self.client.set_payload, self.collection, payload={"metadata": doc.metadata},
-                               points=models.Filter(must=[_match("document_id", doc.id),
-                                                          _match("kind", KIND_PASSAGE)]), wait=True)
+                    self._call(self.store.set_payload, self.collection, {"metadata": doc.metadata},
+                               ids=[point_id(doc.id)])
+                    self._call(self.store.set_payload, self.collection, {"metadata": doc.metadata},
+                               filter=models.Filter(must=[_match("document_id", doc.id),
+                                                          _match("kind", KIND_PASSAGE)]))
                     report.metadata_updated += 1
                 else:
                     report.unchanged += 1
@@ -617,12 +607,21 @@ class QdrantSync:
         if stale:
             for i in range(0, len(stale), DELETE_BATCH):
                 chunk = stale[i : i + DELETE_BATCH]
-                self._call(self.client.delete, self.collection, points_selector=models.FilterSelector(
-                    filter=models.Filter(must=[models.FieldCondition(key="document_id",
-                                                                     match=models.MatchAny(any=chunk))])), wait=True)
+                self._call(self.store.delete, self.collection, models.Filter(must=[models.FieldCondition(
+                    key="document_id", match=models.MatchAny(any=chunk))]))
             report.deleted = len([d for d in stale if d in existing])
+        if report.added or report.updated:
+            self._call(self.store.optimize, self.collection, show_progress_bar=show_progress_bar)
+        self._warn_if_too_large(report)
         report.seconds = time.perf_counter() - start
         return report
+
+    def _warn_if_too_large(self, report: SyncReport) -> None:
+        threshold = self.store.threshold_points
+        if threshold is not None and (points := self._points()) > threshold:
+            report.warnings.append((f"collection {self.collection}", (
+                f"{points:,} points in qdrant-client's local mode, which is made for up to {threshold:,} (exact "
+                "search, slow to open); move it to Qdrant Edge or a server with `recemb migrate`")))
 
     def _stale(self, seen: set[str], docs: list[Document], bad: list[tuple[str, str]], keep_ids: Iterable[str],
                allow_mass_delete: bool) -> list[str]:
@@ -656,8 +655,8 @@ class QdrantSync:
         staging = check_collection_name(self.collection + REBUILD_SUFFIX)
         docs, bad = _normalise(documents)
         stale: list[str] = []
-        if self._call(self.client.collection_exists, self.collection):
-            _recorded_metadata(self._call(self.client.get_collection, self.collection), self.collection)
+        if self._call(self.store.collection_exists, self.collection):
+            _recorded_metadata(self._call(self.store.collection_info, self.collection).metadata, self.collection)
             existing, seen = self._existing()
             stale = self._stale(seen, self._check_empty(docs, SyncReport(), skip_empty), bad, keep_ids,
                                 allow_mass_delete)
@@ -668,8 +667,8 @@ class QdrantSync:
                                 allow_mass_delete=True, skip_empty=skip_empty)
         except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
             # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
-            _recorded_metadata(self._call(self.client.get_collection, staging), staging)
-            self._call(self.client.delete_collection, staging)
+            _recorded_metadata(self._call(self.store.collection_info, staging).metadata, staging)
+            self._call(self.store.delete_collection, staging)
             stage = self._like(staging)
             report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
                                 allow_mass_delete=True, skip_empty=skip_empty)
@@ -681,9 +680,9 @@ class QdrantSync:
                 f"was not replaced, so their current versions are kept. Fix or remove them and run the rebuild "
                 f"again: the {report.added + report.updated + report.unchanged} documents already rebuilt in "
                 f"{staging!r} are kept and not embedded again.", report)
-        recorded = _recorded_metadata(self._call(self.client.get_collection, staging), staging)
-        self._call(self.client.update_collection, staging,
-                   metadata={META_KEY: {**recorded, "rebuild": {"state": "staged", "target": self.collection}}})
+        recorded = _recorded_metadata(self._call(self.store.collection_info, staging).metadata, staging)
+        self._call(self.store.update_metadata, staging,
+                   {META_KEY: {**recorded, "rebuild": {"state": "staged", "target": self.collection}}})
         self._swap(staging, recorded)
         report.deleted = len(stale)
         return report
@@ -691,48 +690,49 @@ class QdrantSync:
     def _swap(self, staging: str, recorded: dict[str, Any]) -> None:
         """Step 3 of a rebuild: replace the collection by the staged one's points (see ``_rebuild``)."""
         recorded = {k: v for k, v in recorded.items() if k != "rebuild"}
-        if self._call(self.client.collection_exists, self.collection):
-            self._call(self.client.delete_collection, self.collection)
-        info = self._call(self.client.get_collection, staging)
-        self._call(self.client.create_collection, self.collection, vectors_config=info.config.params.vectors,
-                   sparse_vectors_config=info.config.params.sparse_vectors,
-                   metadata={META_KEY: {**recorded, "rebuild": {"state": "copying", "source": staging}}})
+        if self._call(self.store.collection_exists, self.collection):
+            self._call(self.store.delete_collection, self.collection)
+        info = self._call(self.store.collection_info, staging)
+        self._call(self.store.create_collection, self.collection, info.dense_size, info.sparse,
+                   {META_KEY: {**recorded, "rebuild": {"state": "copying", "source": staging}}})
         self._index_payload(self.collection)
         self._copy_points(staging, recorded)
 
     def _copy_points(self, staging: str, recorded: dict[str, Any]) -> None:
         offset = None
         while True:
-            points, offset = self._call(self.client.scroll, staging, limit=256, offset=offset, with_payload=True,
+            points, offset = self._call(self.store.scroll, staging, limit=256, offset=offset, with_payload=True,
                                         with_vectors=True)
             if points:
-                self._call(self.client.upsert, self.collection, wait=True, points=[
-                    models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])
+                self._call(self.store.upsert, self.collection, [StoredPoint(p.id, p.payload, p.vector)
+                                                                for p in points])
             if offset is None:
                 break
-        self._call(self.client.update_collection, self.collection, metadata={META_KEY: recorded})
-        self._call(self.client.delete_collection, staging)
+        self._call(self.store.update_metadata, self.collection, {META_KEY: recorded})
+        self._call(self.store.delete_collection, staging)
+        self._call(self.store.optimize, self.collection)
         self._verified = self._read_checked = False  # the collection changed under this instance
 
     def _finish_interrupted_rebuild(self) -> bool:
         """Complete step 3 of a rebuild that was stopped (see ``_rebuild``). True if the collection now holds a
         completed rebuild (finished here or just before the staging collection was dropped)."""
         staging = self.collection + REBUILD_SUFFIX
-        if len(staging) > MAX_COLLECTION_NAME or not self._call(self.client.collection_exists, staging):
+        if len(staging) > MAX_COLLECTION_NAME or not self._call(self.store.collection_exists, staging):
             return False
-        staged = (self._call(self.client.get_collection, staging).config.metadata or {}).get(META_KEY) or {}
+        staged = self._call(self.store.collection_info, staging).metadata.get(META_KEY) or {}
         if (staged.get("rebuild") or {}).get("state") != "staged":
             return False  # a rebuild stopped while embedding (the next rebuild resumes it), or not recemb's
         final = {k: v for k, v in staged.items() if k != "rebuild"}
-        if not self._call(self.client.collection_exists, self.collection):
+        if not self._call(self.store.collection_exists, self.collection):
             self._swap(staging, final)  # stopped between dropping the old collection and creating the new one
             return True
-        recorded = _recorded_metadata(self._call(self.client.get_collection, self.collection), self.collection)
+        recorded = _recorded_metadata(self._call(self.store.collection_info, self.collection).metadata,
+                                      self.collection)
         if (recorded.get("rebuild") or {}).get("state") == "copying":
             self._copy_points(staging, final)  # upserts are idempotent: copy everything again
             return True
         if recorded == final:
-            self._call(self.client.delete_collection, staging)  # stopped after the copy, before the clean-up
+            self._call(self.store.delete_collection, staging)  # stopped after the copy, before the clean-up
             return True
         return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
 
@@ -763,8 +763,7 @@ class QdrantSync:
                                      models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])
                  for doc, action, _, _, n_passages in finished if action == "updated" or n_passages]
         if stale:  # passages beyond the new count belong to an older version of the text
-            self._call(self.client.delete, self.collection, points_selector=models.FilterSelector(
-                filter=models.Filter(should=stale)), wait=True)
+            self._call(self.store.delete, self.collection, models.Filter(should=stale))
         points = []
         for doc, _, vector, stream, _ in finished:
             payload = {"document_id": doc.id, "kind": KIND_DOCUMENT, "content_hash": content_hash(doc.text),
@@ -772,10 +771,9 @@ class QdrantSync:
             if self.store_text:
                 payload["text"] = doc.text
             sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
-            points.append(models.PointStruct(id=point_id(doc.id), vector=self._point_vectors(vector, sparse),
-                                             payload=payload))
+            points.append(StoredPoint(point_id(doc.id), payload, self._point_vectors(vector, sparse)))
         # The document points go last: a content hash marks its document as complete.
-        self._call(self.client.upsert, self.collection, wait=True, points=points)
+        self._call(self.store.upsert, self.collection, points)
         for doc, action, _, stream, _ in finished:
             if stream.truncated:
                 report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
@@ -903,33 +901,25 @@ class QdrantSync:
             conditions.append(filter)
         point_filter = models.Filter(must=conditions) if conditions else None
 
-        def request(candidates: int) -> dict[str, Any]:
-            if mode == "dense":
-                return {"query": dense_query, "using": self._dense_name, "query_filter": point_filter}
-            if mode == "sparse":
-                return {"query": _sparse(sparse_query), "using": SPARSE_VECTOR, "query_filter": point_filter}
-            return {"prefetch": [
-                models.Prefetch(query=dense_query, using=DENSE_VECTOR, filter=point_filter, limit=candidates),
-                models.Prefetch(query=_sparse(sparse_query), using=SPARSE_VECTOR, filter=point_filter,
-                                limit=candidates)],
-                "query": (models.RrfQuery(rrf=models.Rrf(k=RRF_K)) if fusion == "rrf"
-                          else models.FusionQuery(fusion=models.Fusion.DBSF))}
+        def request(candidates: int) -> SearchRequest:
+            return SearchRequest(limit=limit, dense=dense_query if mode != "sparse" else None,
+                                 sparse=sparse_query if mode != "dense" else None, filter=point_filter,
+                                 fusion=fusion if mode == "hybrid" else None, candidates=candidates, rrf_k=RRF_K,
+                                 dense_name=self._dense_name)
 
         candidates = max(PREFETCH_MIN, PREFETCH_PER_HIT * limit)
         if not grouped:
-            result = self._call(self.client.query_points, self.collection, limit=limit, with_payload=True,
-                                **request(candidates))
-            return [_hit(p.payload, p.score) for p in result.points]
+            points = self._call(self.store.query, self.collection, request(candidates))
+            return [_hit(p.payload, p.score) for p in points]
         while True:
             # Each group's hits come best first: with two of them, a document whose own point leads still shows its
             # best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer than ``limit``
             # documents and more exist, the search is repeated with more candidates, so a page is full.
-            result = self._call(self.client.query_points_groups, self.collection, group_by="document_id",
-                                limit=limit, group_size=2, with_payload=True, **request(candidates))
-            if mode != "hybrid" or len(result.groups) >= limit or candidates >= self._points():
+            groups = self._call(self.store.query_groups, self.collection, request(candidates), "document_id", 2)
+            if mode != "hybrid" or len(groups) >= limit or candidates >= self._points():
                 break
             candidates *= 4
-        return self._document_hits(result.groups)
+        return self._document_hits(groups)
 
     def _search_mode(self, mode: str | None) -> str:
         if self.bm25 is None:
@@ -946,15 +936,15 @@ class QdrantSync:
         return mode or "hybrid"
 
     def _points(self) -> int:
-        return self._call(self.client.count, self.collection, exact=True).count
+        return self._call(self.store.count, self.collection)
 
     def _document_hits(self, groups) -> list[SearchHit]:
         """One hit per group (document): its best score, the document's payload, its best passage."""
         hits, missing = [], []
         for group in groups:
-            best = group.hits[0]
-            own = next((h for h in group.hits if h.payload.get("kind") == KIND_DOCUMENT), None)
-            passage = next((h for h in group.hits if h.payload.get("kind") == KIND_PASSAGE), None)
+            best = group[0]
+            own = next((h for h in group if h.payload.get("kind") == KIND_DOCUMENT), None)
+            passage = next((h for h in group if h.payload.get("kind") == KIND_PASSAGE), None)
             hit = _hit(own.payload if own is not None else best.payload, best.score)
             hit.passage = None
             if own is None:  # the document point was not among the candidates: its payload is fetched below
@@ -964,8 +954,8 @@ class QdrantSync:
                 hit.best_passage, hit.best_passage_text = passage.payload.get("passage"), passage.payload.get("text")
             hits.append(hit)
         if missing:
-            stored = {str(p.id): p.payload for p in self._call(
-                self.client.retrieve, self.collection, [pid for _, pid in missing], with_payload=True)}
+            stored = {p.id: p.payload for p in self._call(
+                self.store.retrieve, self.collection, [pid for _, pid in missing])}
             for hit, pid in missing:
                 payload = stored.get(pid) or {}
                 hit.text = payload.get("text")
@@ -974,8 +964,7 @@ class QdrantSync:
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""
-        return self._call(self.client.count, self.collection, count_filter=models.Filter(
-            must=[_match("kind", KIND_DOCUMENT)]), exact=True).count
+        return self._call(self.store.count, self.collection, models.Filter(must=[_match("kind", KIND_DOCUMENT)]))
 
 
 class PassageWindows:
@@ -1070,19 +1059,19 @@ class _PassageWriter:
             if sync.store_text:
                 payload["text"] = text
             sparse = sync.bm25_passages.embed_document(text) if sync.bm25_passages is not None else None
-            points.append(models.PointStruct(id=point_id(doc.id, i), vector=sync._point_vectors(v, sparse),
-                                             payload=payload))
-        sync._call(sync.client.upsert, sync.collection, points=points, wait=True)
+            points.append(StoredPoint(point_id(doc.id, i), payload, sync._point_vectors(v, sparse)))
+        sync._call(sync.store.upsert, sync.collection, points)
         self.written += len(windows)
         self.tokens += sum(map(len, windows))
 
 
-def interrupted_rebuild_hint(client, collection: str) -> str | None:
+def interrupted_rebuild_hint(store: Store | Any, collection: str) -> str | None:
     """What to do when a collection is missing because a rebuild stopped between dropping it and refilling it."""
+    store = as_store(store)
     staging = collection + REBUILD_SUFFIX
-    if len(staging) > MAX_COLLECTION_NAME or not client.collection_exists(staging):
+    if len(staging) > MAX_COLLECTION_NAME or not store.collection_exists(staging):
         return None
-    staged = (client.get_collection(staging).config.metadata or {}).get(META_KEY) or {}
+    staged = store.collection_info(staging).metadata.get(META_KEY) or {}
     if (staged.get("rebuild") or {}).get("state") != "staged":
         return None
     return (f"a rebuild was interrupted before it put the new collection in place. Run the sync again "
@@ -1108,10 +1097,6 @@ def metadata_condition(key: str, value: Any):
         return models.FieldCondition(key=f"metadata.{key}", match=models.MatchAny(any=value))
     raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, a 64-bit integer, true/false, "
                      "or a non-empty list of strings or of integers (any of them matches)")
-
-
-def _sparse(vector: SparseVector):
-    return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
 def _hit(payload: dict[str, Any], score: float) -> SearchHit:

@@ -1,0 +1,165 @@
+"""The qdrant-client store: a Qdrant server or cluster, or qdrant-client's local mode.
+
+A thin translation of ``Store`` calls to ``QdrantClient`` calls; every write waits for the server's acknowledgement
+(``wait=True``). Local mode is qdrant-client's own in-process emulation: exact numpy search, one pickled row per
+point in SQLite; it suits small collections (its documentation says "small-scale data, demos, and tests") and warns
+itself above 20,000 points.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from recemb_integrations._imports import require
+from recemb_integrations.sparse import SparseVector
+from recemb_integrations.stores import (DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, CollectionInfo,
+                                        SearchRequest, Store, StoredPoint, StoreError)
+
+models = require("qdrant_client.models", "qdrant")
+
+LOCAL_MODE_LARGE = 20_000  # qdrant-client's own warning threshold for local mode (LARGE_DATA_THRESHOLD)
+_SCHEMAS = {KEYWORD: models.PayloadSchemaType.KEYWORD, INTEGER: models.PayloadSchemaType.INTEGER}
+
+
+def open_local(path) -> "ClientStore":
+    """qdrant-client's local mode in folder ``path`` (created if missing)."""
+    from qdrant_client import QdrantClient
+
+    os.makedirs(path, exist_ok=True)
+    try:
+        return ClientStore(QdrantClient(path=str(path)), location=str(path))
+    except RuntimeError as e:
+        if "already accessed" in str(e):
+            raise StoreError(f"the embedded Qdrant store {path} is in use by another process (local mode allows one "
+                             "at a time); wait for it to finish, or run a Qdrant server and pass --qdrant-url") from e
+        raise
+
+
+class ClientStore(Store):
+    def __init__(self, client, location: str | None = None):
+        self.client = client
+        inner = getattr(client, "_client", None)
+        self.kind = "local" if type(inner).__name__ == "QdrantLocal" else "server"
+        self.threshold_points = LOCAL_MODE_LARGE if self.kind == "local" else None
+        self.location = location or getattr(inner, "location", None) or getattr(inner, "rest_uri", None) or self.kind
+
+    # ------------------------------------------------------------------ collections
+    def collection_exists(self, collection: str) -> bool:
+        return self.client.collection_exists(collection)
+
+    def collection_info(self, collection: str) -> CollectionInfo:
+        if not self.client.collection_exists(collection):
+            raise KeyError(collection)
+        config = self.client.get_collection(collection).config
+        vectors = config.params.vectors
+        named = isinstance(vectors, dict)
+        dense = vectors.get(DENSE_VECTOR) if named else vectors
+        sparse = config.params.sparse_vectors or {}
+        return CollectionInfo(metadata=dict(config.metadata or {}), dense_size=getattr(dense, "size", None),
+                              sparse=SPARSE_VECTOR in sparse, named=named)
+
+    def list_collections(self) -> list[str]:
+        return sorted(c.name for c in self.client.get_collections().collections)
+
+    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any]) -> None:
+        self.client.create_collection(
+            collection,
+            vectors_config={DENSE_VECTOR: models.VectorParams(size=dense_size, distance=models.Distance.COSINE)},
+            sparse_vectors_config=({SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+                                   if sparse else None),
+            metadata=metadata)
+
+    def update_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
+        self.client.update_collection(collection, metadata=metadata)
+
+    def delete_collection(self, collection: str) -> None:
+        self.client.delete_collection(collection)
+
+    def create_payload_index(self, collection: str, key: str, schema: str) -> None:
+        with warnings.catch_warnings():  # local mode has no indexes and says so in a warning
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+            self.client.create_payload_index(collection, key, field_schema=_SCHEMAS[schema], wait=True)
+
+    # ------------------------------------------------------------------ points
+    def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        self.client.upsert(collection, wait=True, points=[
+            models.PointStruct(id=p.id, vector=_to_client_vector(p.vector), payload=p.payload) for p in points])
+
+    def delete(self, collection: str, filter: Any) -> None:
+        self.client.delete(collection, points_selector=models.FilterSelector(filter=filter), wait=True)
+
+    def set_payload(self, collection: str, payload: dict[str, Any], ids: Sequence[str] | None = None,
+                    filter: Any = None) -> None:
+        self.client.set_payload(collection, payload=payload, points=list(ids) if ids is not None else filter,
+                                wait=True)
+
+    def scroll(self, collection: str, limit: int, offset: Any = None, filter: Any = None,
+               with_payload: bool | Sequence[str] = True, with_vectors: bool = False
+               ) -> tuple[list[StoredPoint], Any]:
+        points, next_offset = self.client.scroll(collection, scroll_filter=filter, limit=limit, offset=offset,
+                                                 with_payload=_payload_selector(with_payload),
+                                                 with_vectors=with_vectors)
+        return [_from_client(p) for p in points], next_offset
+
+    def count(self, collection: str, filter: Any = None) -> int:
+        return self.client.count(collection, count_filter=filter, exact=True).count
+
+    def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[StoredPoint]:
+        return [_from_client(p) for p in self.client.retrieve(collection, list(ids), with_payload=True,
+                                                               with_vectors=with_vectors)]
+
+    # ------------------------------------------------------------------ search
+    def query(self, collection: str, request: SearchRequest) -> list[StoredPoint]:
+        result = self.client.query_points(collection, limit=request.limit, with_payload=request.with_payload,
+                                          **_query_arguments(request))
+        return [_from_client(p) for p in result.points]
+
+    def query_groups(self, collection: str, request: SearchRequest, group_by: str,
+                     group_size: int) -> list[list[StoredPoint]]:
+        result = self.client.query_points_groups(collection, group_by=group_by, limit=request.limit,
+                                                 group_size=group_size, with_payload=request.with_payload,
+                                                 **_query_arguments(request))
+        return [[_from_client(p) for p in group.hits] for group in result.groups]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _query_arguments(request: SearchRequest) -> dict[str, Any]:
+    if request.sparse is None:
+        return {"query": request.dense, "using": request.dense_name, "query_filter": request.filter}
+    if request.dense is None:
+        return {"query": _to_client_sparse(request.sparse), "using": SPARSE_VECTOR, "query_filter": request.filter}
+    return {"prefetch": [
+        models.Prefetch(query=request.dense, using=request.dense_name, filter=request.filter,
+                        limit=request.candidates),
+        models.Prefetch(query=_to_client_sparse(request.sparse), using=SPARSE_VECTOR, filter=request.filter,
+                        limit=request.candidates)],
+        "query": (models.RrfQuery(rrf=models.Rrf(k=request.rrf_k)) if request.fusion == "rrf"
+                  else models.FusionQuery(fusion=models.Fusion.DBSF))}
+
+
+def _payload_selector(with_payload: bool | Sequence[str]):
+    return with_payload if isinstance(with_payload, bool) else list(with_payload)
+
+
+def _to_client_sparse(vector: SparseVector):
+    return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _to_client_vector(vector):
+    if not isinstance(vector, dict):
+        return vector  # the unnamed vector of a recemb 0.1 collection
+    return {name: _to_client_sparse(v) if isinstance(v, SparseVector) else v for name, v in vector.items()}
+
+
+def _from_client(point) -> StoredPoint:
+    vector = getattr(point, "vector", None)
+    if isinstance(vector, dict):
+        vector = {name: SparseVector(tuple(v.indices), tuple(v.values)) if isinstance(v, models.SparseVector)
+                  else list(v) for name, v in vector.items()}
+    return StoredPoint(id=str(point.id), payload=point.payload or {}, vector=vector,
+                       score=getattr(point, "score", None))
