@@ -80,6 +80,7 @@ PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER} 
 # an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
 MASS_DELETE_MIN_DOCUMENTS = 5
 PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
+STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
 DELETE_BATCH = 256  # stale documents deleted per request
 # Characters Qdrant's server refuses in collection names (local mode checks the same set), and its length limit.
 INVALID_COLLECTION_CHARS = '<>:"/\\|?*\x00\x1f'
@@ -92,6 +93,10 @@ class CollectionMismatchError(ValueError):
 
 class MassDeletionError(ValueError):
     """A sync would delete more than half of the collection's documents; nothing was written."""
+
+
+class NothingReadableError(ValueError):
+    """Every document given failed to read; a sync that deletes missing documents stops before its first write."""
 
 
 class RebuildError(ValueError):
@@ -170,6 +175,47 @@ class Document:
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DocumentSource:
+    """A document read only when needed, so a sync never holds every text: a file, typically.
+
+    ``read()`` returns the text (an ``OSError`` or ``ValueError`` reports the document as failed and keeps its stored
+    version). ``fingerprint()``, if given, returns ``(content_hash(text), text is blank)`` without holding the whole
+    text (e.g. by hashing the file in pieces); without it, the first pass reads the text to hash it. A sync reads each
+    source once to hash it and again only if it must be embedded."""
+
+    id: str
+    read: Callable[[], str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    fingerprint: Callable[[], tuple[str, bool]] | None = None
+    size: int = 0  # characters or bytes, where known: a hint for the progress bar
+
+
+@dataclass
+class _Entry:
+    """What the first pass of a sync keeps of a document: its id, metadata, hash, and how to get its text again."""
+
+    id: str
+    metadata: dict[str, Any]
+    hash: str
+    blank: bool
+    size: int
+    document: Document | None = None
+    source: DocumentSource | None = None
+
+    @property
+    def text(self) -> str:
+        return self.document.text if self.document is not None else self.source.read()
+
+    def load(self) -> Document:
+        if self.document is not None:
+            return self.document
+        text = self.source.read()
+        if not isinstance(text, str):
+            raise ValueError(f"read() returned {type(text).__name__}, expected str")
+        return Document(self.id, text, self.metadata)
 
 
 @dataclass
@@ -358,7 +404,7 @@ class QdrantSync:
             "recemb_version": recemb.__version__,
         }
 
-    def choose_bm25(self, documents: Sequence[Document] = ()) -> dict[str, Any]:
+    def choose_bm25(self, documents: Iterable[Document] = ()) -> dict[str, Any]:
         """The BM25 settings of a new collection, average lengths included.
 
         fastembed's default average length (256 tokens) suits short passages. Whole documents are often far longer
@@ -375,7 +421,10 @@ class QdrantSync:
         for doc in documents:
             if budget <= 0:
                 break
-            text = doc.text[:budget]
+            try:
+                text = doc.text[:budget]
+            except (OSError, ValueError):  # a source that cannot be read now is reported by the sync itself
+                continue
             budget -= len(text)
             lengths.append(bm25.length(text))
             if tokenizer is not None and text.strip() and sample_budget > 0:
@@ -451,6 +500,10 @@ class QdrantSync:
             return
         info = self._call(self.store.collection_info, self.collection)
         recorded = _recorded_metadata(info.metadata, self.collection)
+        if recorded.get("migration"):
+            raise CollectionMismatchError(
+                f"collection {self.collection!r} is being filled by `recemb migrate`, which has not finished (or was "
+                "interrupted); run the same migrate command again to complete it")
         if (recorded.get("rebuild") or {}).get("state") == "copying":
             raise CollectionMismatchError(
                 f"collection {self.collection!r} is being filled by a rebuild that was interrupted; run the sync "
@@ -535,6 +588,7 @@ class QdrantSync:
         allow_mass_delete: bool = False,
         skip_empty: bool = False,
         rebuild: bool = False,
+        scope: str | None = None,
     ) -> SyncReport:
         """Bring the collection to exactly ``documents``: add new, re-embed changed, skip unchanged, and with
         ``delete_missing`` delete documents no longer present. Bad documents are reported in ``failed`` and do not
@@ -547,18 +601,30 @@ class QdrantSync:
         ``skip_empty``. Documents cut by ``max_tokens`` are synced with a warning.
 
         ``rebuild``: build the collection anew with this instance's settings (layout, model, passages, BM25) from
-        ``documents`` into a staging collection, then replace the old one with it; see ``_rebuild``."""
+        ``documents`` into a staging collection, then replace the old one with it; see ``_rebuild``.
+
+        ``scope``: an id prefix (e.g. ``"wiki/"``): only stored documents whose ids start with it belong to this sync;
+        the others are never deleted nor counted by the mass-deletion guard (several roots in one collection).
+
+        ``documents`` may be ``DocumentSource``s: read once to hash them and again only to embed, a batch at a time.
+        If every document fails to read, a sync with ``delete_missing`` raises ``NothingReadableError`` before any
+        write."""
         if rebuild:
             if not delete_missing:
                 raise ValueError("a rebuild builds the collection from `documents` alone; delete_missing=False "
                                  "cannot keep documents that are not among them")
+            if scope is not None:
+                raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
             return self._rebuild(list(documents), show_progress_bar, on_document, keep_ids, allow_mass_delete,
                                  skip_empty)
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
         report = SyncReport()
-        docs, bad = _normalise(documents)
+        docs, bad = _normalise(documents)  # the first pass: ids, hashes and metadata, no text kept
+        if delete_missing and bad and not docs:
+            raise NothingReadableError(f"none of the {len(bad)} documents could be read ({bad[0][0]}: {bad[0][1]}); "
+                                       "nothing was synced or deleted")
         report.failed.extend(bad)
         docs = self._check_empty(docs, report, skip_empty)
         self._finish_interrupted_rebuild()
@@ -566,11 +632,12 @@ class QdrantSync:
         existing, seen = self._existing()
         stale: list[str] = []
         if delete_missing:
-            stale = self._stale(seen, docs, bad, keep_ids, allow_mass_delete)
+            mine = seen if scope is None else {d for d in seen if d.startswith(scope)}
+            stale = self._stale(mine, docs, bad, keep_ids, allow_mass_delete)
 
-        to_embed: list[tuple[Document, str]] = []
+        to_embed: list[tuple[_Entry, str]] = []
         for doc in docs:
-            h = content_hash(doc.text)
+            h = doc.hash
             old = existing.get(doc.id)
             if old is not None and old[0] == h:
                 if old[1] != doc.metadata:
@@ -586,23 +653,36 @@ class QdrantSync:
             to_embed.append((doc, "updated" if old is not None else "added"))
 
         show = show_progress_bar if show_progress_bar is not None else (
-            len(to_embed) > self.batch_size or any(self.embedder.streams(d.text) for d, _ in to_embed))
+            len(to_embed) > self.batch_size or any(d.size > STREAM_HINT_SIZE for d, _ in to_embed))
 
         def done(doc: Document, action: str) -> None:
             setattr(report, action, getattr(report, action) + 1)
             if on_document is not None:
                 on_document(doc.id, action)
 
+        # The second pass: texts are read again only here, a batch at a time; a long one is embedded as a stream as
+        # soon as it is read. Memory is bounded by the batch (or one long document), not by the corpus.
         with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
-            batched = [item for item in to_embed if not self.embedder.streams(item[0].text)]
-            for start_i in range(0, len(batched), self.batch_size):
-                batch = batched[start_i : start_i + self.batch_size]
-                self._sync_batch(batch, report, done, show_progress_bar)
-                bar.update(len(batch))
-            for doc, action in to_embed:  # long documents, one stream at a time
+            pending: list[tuple[Document, str]] = []
+            for entry, action in to_embed:
+                try:
+                    doc = entry.load()
+                except (OSError, ValueError) as e:  # changed or vanished since the first pass: keep what is stored
+                    report.failed.append((entry.id, f"cannot read: {getattr(e, 'strerror', None) or e}"))
+                    bar.update(1)
+                    continue
                 if self.embedder.streams(doc.text):
                     self._sync_streamed(doc, action, report, done, show)
                     bar.update(1)
+                    continue
+                pending.append((doc, action))
+                if len(pending) == self.batch_size:
+                    self._sync_batch(pending, report, done, show_progress_bar)
+                    bar.update(len(pending))
+                    pending = []
+            if pending:
+                self._sync_batch(pending, report, done, show_progress_bar)
+                bar.update(len(pending))
 
         if stale:
             for i in range(0, len(stale), DELETE_BATCH):
@@ -634,7 +714,8 @@ class QdrantSync:
                 f"this sync would delete {len(stale)} of the {len(seen)} documents in collection "
                 f"{self.collection!r} ({shown}) because they are not among the {len(docs)} given; nothing was "
                 "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
-                "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False).")
+                "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False); to keep several "
+                "folders in one collection, sync each with its own --id-prefix (scope=).")
         return stale
 
     # ------------------------------------------------------------------ rebuild
@@ -737,13 +818,13 @@ class QdrantSync:
         return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
 
     @staticmethod
-    def _check_empty(docs: list[Document], report: SyncReport, skip_empty: bool) -> list[Document]:
+    def _check_empty(docs: list[_Entry], report: SyncReport, skip_empty: bool) -> list[_Entry]:
         kept = []
         for doc in docs:
-            if doc.text.strip():
+            if not doc.blank:
                 kept.append(doc)
                 continue
-            what = "empty document" if not doc.text else "document holds only whitespace"
+            what = "empty document" if doc.size == 0 else "document holds only whitespace"
             report.warnings.append((doc.id, what + ("; left out (skip_empty)" if skip_empty else
                                                     "; synced (its embedding carries no content)")))
             if not skip_empty:
@@ -1108,11 +1189,22 @@ def _match(key: str, value: Any):
     return models.FieldCondition(key=key, match=models.MatchValue(value=value))
 
 
-def _normalise(documents: Iterable[Document | tuple]) -> tuple[list[Document], list[tuple[str, str]]]:
-    """Documents as ``Document``; problems (bad types, duplicate ids, unserialisable metadata) as failures."""
-    docs: dict[str, Document] = {}
+def _normalise(documents: Iterable[Document | DocumentSource | tuple]) -> tuple[list[_Entry], list[tuple[str, str]]]:
+    """The first pass of a sync: each document's id, metadata and content hash (sources are read or fingerprinted
+    one at a time, their texts not kept); problems (bad types, duplicate ids, unserialisable metadata, unreadable
+    sources) as failures."""
+    docs: dict[str, _Entry] = {}
     failed: list[tuple[str, str]] = []
     for i, item in enumerate(documents):
+        if isinstance(item, DocumentSource):
+            entry = _source_entry(item, i, failed)
+            if entry is None:
+                continue
+            if entry.id in docs:
+                failed.append((entry.id, f"duplicate document id {entry.id!r} (item {i}); the first one is kept"))
+                continue
+            docs[entry.id] = entry
+            continue
         if isinstance(item, Document):
             doc = item
         elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) in (2, 3):
@@ -1135,5 +1227,33 @@ def _normalise(documents: Iterable[Document | tuple]) -> tuple[list[Document], l
         if doc.id in docs:
             failed.append((doc.id, f"duplicate document id {doc.id!r} (item {i}); the first one is kept"))
             continue
-        docs[doc.id] = doc
+        docs[doc.id] = _Entry(doc.id, doc.metadata, content_hash(doc.text), not doc.text.strip(), len(doc.text),
+                              document=doc)
     return list(docs.values()), failed
+
+
+def _source_entry(source: DocumentSource, i: int, failed: list[tuple[str, str]]) -> _Entry | None:
+    if not isinstance(source.id, str) or not source.id:
+        failed.append((f"#{i}", f"item {i} has document id {source.id!r}; ids must be non-empty strings"))
+        return None
+    try:
+        metadata = json.loads(json.dumps(source.metadata or {}))
+    except (TypeError, ValueError) as e:
+        failed.append((source.id, f"metadata is not JSON-serialisable: {e}"))
+        return None
+    try:
+        if source.fingerprint is not None:
+            digest, blank = source.fingerprint()
+            size = source.size
+        else:
+            text = source.read()
+            if not isinstance(text, str):
+                raise ValueError(f"read() returned {type(text).__name__}, expected str")
+            digest, blank, size = content_hash(text), not text.strip(), len(text)
+    except OSError as e:
+        failed.append((source.id, f"cannot read: {e.strerror or e}"))
+        return None
+    except ValueError as e:
+        failed.append((source.id, str(e)))
+        return None
+    return _Entry(source.id, metadata, digest, blank, size, source=source)
