@@ -1,4 +1,4 @@
-"""The main job on the embedded default: sync the sample documents into a local Qdrant store, then search.
+"""The main job on the embedded default: sync the sample documents into an embedded Qdrant Edge store, then search.
 
     python3 examples/qdrant_sync.py [--model PATH_OR_ID]
 
@@ -19,7 +19,7 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", help="a recemb / Mamba2 model folder or Hugging Face id (default: recemb-mamba2-mini)")
 args = parser.parse_args()
 
-common = ["--qdrant-path", str(WORK / "qdrant"), "--collection", "examples"]
+common = ["--qdrant-path", str(WORK / "store"), "--collection", "examples"]
 if args.model:
     common += ["--model", args.model]
 print("$ recemb sync examples/documents")

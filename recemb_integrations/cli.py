@@ -14,6 +14,7 @@ import errno
 import glob
 import json
 import os
+import re
 import stat
 import sys
 import warnings
@@ -21,7 +22,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
+from recemb_integrations.formats import DOCUMENT_SUFFIXES, FORMAT_SUFFIXES
+
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -61,21 +63,27 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
     return embedder
 
 
-def open_qdrant(args: argparse.Namespace, create: bool = True):
-    """A server client for --qdrant-url / QDRANT_URL, else the embedded local store at --qdrant-path.
+def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True):
+    """(store, where): a server for --qdrant-url / QDRANT_URL, else the embedded store at --qdrant-path (Qdrant Edge
+    for a new folder; a folder that holds a qdrant-client local-mode store stays one; --store chooses).
 
     ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error."""
-    from qdrant_client import QdrantClient
+    from recemb_integrations.stores import StoreError, detect_store_kind, open_store
 
     if args.qdrant_url and args.qdrant_path:
         raise CommandError("--qdrant-url and --qdrant-path name two different stores; give one")
+    kind = getattr(args, "store", None) or "auto"
     # An explicit --qdrant-path beats $QDRANT_URL: the store the user named is the one written to.
-    url = args.qdrant_url or (os.environ.get("QDRANT_URL") if args.qdrant_path is None else None)
+    url = args.qdrant_url or (os.environ.get("QDRANT_URL") if args.qdrant_path is None and environment_url
+                              else None)
     if url:
+        if kind != "auto":
+            raise CommandError(f"--store {kind} names an embedded store, but a server was given (--qdrant-url or "
+                               "$QDRANT_URL); drop one")
         # The client checks the server's version in a thread and warns in several lines when it cannot reach it;
         # the first call of the command reports an unreachable server in one line instead.
         warnings.filterwarnings("ignore", message="Failed to obtain server version")
-        return QdrantClient(url=url, api_key=os.environ.get("QDRANT_API_KEY"), timeout=60), url
+        return open_store(url=url, api_key=os.environ.get("QDRANT_API_KEY")), url
     given = args.qdrant_path if args.qdrant_path is not None else os.environ.get("RECEMB_QDRANT_PATH")
     if given is not None and not given.strip():
         raise CommandError("the store path is empty (--qdrant-path or $RECEMB_QDRANT_PATH; an unset shell "
@@ -84,11 +92,12 @@ def open_qdrant(args: argparse.Namespace, create: bool = True):
     if path.exists() and not path.is_dir():
         raise CommandError(f"--qdrant-path {path} is a file, not a folder; give the folder of an embedded store "
                            "(it is created on the first sync)")
-    if not create and not (path / "meta.json").is_file():
+    found = detect_store_kind(path) if path.is_dir() else None
+    if not create and found is None:
         where = "--qdrant-path " + str(path) if given else f"the default store {path}"
         raise CommandError(f"there is no embedded Qdrant store at {where}; check the path, or run `recemb sync` "
                            "first")
-    if create and path.is_dir() and not (path / "meta.json").is_file() and any(path.iterdir()):
+    if create and found is None and path.is_dir() and any(path.iterdir()):
         raise CommandError(f"{path} holds other files but no Qdrant store; give --qdrant-path a new or empty "
                            "folder (a store writes its own files there)")
     if create:
@@ -97,21 +106,22 @@ def open_qdrant(args: argparse.Namespace, create: bool = True):
         except OSError as e:
             raise CommandError(f"cannot create the store folder {path}: {e.strerror or e}") from e
     try:
-        return QdrantClient(path=str(path)), str(path)
-    except RuntimeError as e:
-        if "already accessed" in str(e):
-            raise CommandError(
-                f"the embedded Qdrant store {path} is in use by another process (local mode allows one at a "
-                "time); wait for it to finish, or run a Qdrant server and pass --qdrant-url"
-            ) from e
-        raise
+        return open_store(path=path, kind=kind), str(path)
+    except StoreError as e:
+        raise CommandError(str(e)) from e
 
 
 @dataclass
 class Sources:
-    """What the path arguments name: files to read, arguments that name nothing, entries that are not documents."""
+    """What the path arguments name: files to read (with their document ids), arguments that name nothing, entries
+    that are not documents.
+
+    A document id is the file's path relative to the argument it was found under (the folder given, a glob's fixed
+    leading folders, a file's own folder), in / form, after ``id_prefix/`` if one is given: a folder that moves, or
+    another checkout of it, keeps its ids."""
 
     files: list[Path] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)  # one per file
     missing: list[tuple[str, str]] = field(default_factory=list)  # (argument, why): the sync refuses to delete
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): reported, the rest goes on
 
@@ -139,7 +149,7 @@ def _kind(path: Path) -> tuple[str, str]:
     return "skip", f"{what}, not a regular file"
 
 
-def _walk(folder: Path, out: Sources, files: dict[Path, None]) -> None:
+def _walk(folder: Path, base: Path, out: Sources, files: dict[Path, str]) -> None:
     """Text files under folder, recursively; hidden entries ignored; links to folders, loops, broken links and
     special files listed as skipped."""
     def unreadable(error: OSError) -> None:  # a folder that cannot be listed is not an empty folder
@@ -157,22 +167,22 @@ def _walk(folder: Path, out: Sources, files: dict[Path, None]) -> None:
             path = root_path / name
             kind, why = _kind(path)
             if kind == "file":
-                if path.suffix.lower() in TEXT_SUFFIXES:
-                    files[path.resolve()] = None
+                if path.suffix.lower() in DOCUMENT_SUFFIXES:
+                    files.setdefault(path.resolve(), _relative_id(path, base))
             elif kind == "dir":  # os.walk lists links to folders among the folders; be safe all the same
                 out.skipped.append((_printable(path), "symbolic link to a folder (not followed)"))
             else:
                 out.skipped.append((_printable(path), why))
 
 
-def collect_files(paths: list[str]) -> Sources:
-    """Files from paths, folders (recursively, text suffixes only) and globs.
+def collect_files(paths: list[str], id_prefix: str | None = None) -> Sources:
+    """Files from paths, folders (recursively, document suffixes only) and globs, with their ids (see ``Sources``).
 
     An empty argument is refused (an unset shell variable must not mean "the current folder"). A path that does
     not exist, or a glob that matches nothing, is ``missing``. Every glob match is judged on its own: a bad one
     (broken link, loop, FIFO, ...) is ``skipped`` and the good ones are kept."""
     out = Sources()
-    files: dict[Path, None] = {}
+    files: dict[Path, str] = {}
     for spec in paths:
         if not spec.strip():
             raise CommandError("an empty path argument was given (an unset shell variable?); nothing was done")
@@ -180,12 +190,34 @@ def collect_files(paths: list[str]) -> Sources:
             matches = sorted(glob.glob(spec, recursive=True))
             if not matches:
                 out.missing.append((spec, "no file or folder matches this pattern"))
+            base = _glob_base(spec)
             for m in matches:
-                _add(Path(m), out, files, explicit=False)
+                _add(Path(m), base, out, files, explicit=False)
         else:
-            _add(Path(spec), out, files, explicit=True)
+            path = Path(spec)
+            _add(path, path if path.is_dir() else path.parent, out, files, explicit=True)
     out.files = list(files)
+    prefix = (id_prefix.strip("/") + "/") if id_prefix else ""
+    out.ids = [prefix + doc_id for doc_id in files.values()]
     return out
+
+
+def _glob_base(pattern: str) -> Path:
+    """The folder before a glob's first wildcard: ``docs/**/*.md`` -> ``docs``."""
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _relative_id(path: Path, base: Path) -> str:
+    try:
+        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(base))).as_posix()
+    except ValueError:  # another drive (Windows): no relative path exists
+        return path.resolve().as_posix()
 
 
 def _utf8_name(path: Path) -> bool:
@@ -200,41 +232,95 @@ def _printable(path: Path) -> str:
     return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _add(path: Path, out: Sources, files: dict[Path, None], explicit: bool) -> None:
+def _add(path: Path, base: Path, out: Sources, files: dict[Path, str], explicit: bool) -> None:
     if path.is_absolute() and path.resolve() == Path("/"):
         raise CommandError(f"{path} is the filesystem root; refusing to sync the whole filesystem (an unset "
                            "shell variable before a '/'?)")
     kind, why = _kind(path)
     if kind == "file":
-        files[path.resolve()] = None
+        files.setdefault(path.resolve(), _relative_id(path, base))
     elif kind == "dir":
-        _walk(path, out, files)
+        _walk(path, base, out, files)
     elif kind == "missing" or (explicit and path.is_symlink()):  # a named path that leads nowhere: maybe a typo
         out.missing.append((_printable(path), why))
     else:
         out.skipped.append((_printable(path), why))
 
 
-def read_documents(files: list[Path]):
-    """(documents, failures, ids of files that exist but could not be read)."""
+def read_text(path: Path) -> str:
+    """A file's text: extracted for PDF, HTML and DOCX (the 'formats' extra), read as UTF-8 otherwise (any other
+    suffix named on the command line is taken for text). ``OSError`` and ``ValueError`` say what failed."""
+    if path.suffix.lower() in FORMAT_SUFFIXES:
+        from recemb_integrations.formats import extract_text
+
+        return extract_text(path)
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(_utf8_error(e.object[e.start], e.start)) from None
+
+
+def _utf8_error(byte: int, offset: int) -> str:
+    return f"not valid UTF-8 (byte 0x{byte:02x} at offset {offset}); convert it to UTF-8"
+
+
+def text_fingerprint(path: Path, piece: int = 1 << 20) -> tuple[str, bool]:
+    """(content hash, blank) of a UTF-8 file, read in pieces: valid UTF-8 bytes are the text's own encoding, so their
+    hash is ``content_hash(text)`` without the text in memory."""
+    import codecs
+    import hashlib
+
+    digest, decoder, blank, offset = hashlib.sha256(), codecs.getincrementaldecoder("utf-8")(), True, 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(piece)
+            pending = len(decoder.getstate()[0])
+            try:
+                text = decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                raise ValueError(_utf8_error(e.object[e.start], offset - pending + e.start)) from None
+            if not chunk:
+                return digest.hexdigest(), blank
+            digest.update(chunk)
+            blank = blank and not text.strip()
+            offset += len(chunk)
+
+
+def document_sources(files: list[Path], ids: list[str]):
+    """One ``DocumentSource`` per file: hashed on the sync's first pass, read again only if it must be embedded."""
+    from recemb_integrations.qdrant import DocumentSource
+
+    sources = []
+    for f, doc_id in zip(files, ids):
+        try:
+            size = f.stat().st_size
+        except OSError:
+            size = 0  # reported when it is read
+        metadata = {"file_name": f.name, "suffix": f.suffix.lower(), "bytes": size}
+        fingerprint = None if f.suffix.lower() in FORMAT_SUFFIXES else (lambda f=f: text_fingerprint(f))
+        sources.append(DocumentSource(doc_id, (lambda f=f: read_text(f)), metadata, fingerprint, size))
+    return sources
+
+
+def read_documents(files: list[Path], ids: list[str] | None = None):
+    """(documents, failures, ids of files that exist but could not be read), texts in memory: for `recemb embed`."""
     from recemb_integrations.qdrant import Document
 
     docs, failed, unreadable = [], [], []
-    for f in files:
-        doc_id = f.as_posix()
+    for f, doc_id in zip(files, ids or [f.as_posix() for f in files]):
         try:
-            raw = f.read_bytes()
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            failed.append((doc_id, f"not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                                   "convert it to UTF-8"))
-            unreadable.append(doc_id)
-            continue
+            text = read_text(f)
         except OSError as e:
             failed.append((doc_id, f"cannot read: {e.strerror or e}"))
             unreadable.append(doc_id)
             continue
-        docs.append(Document(doc_id, text, {"file_name": f.name, "suffix": f.suffix.lower(), "bytes": len(raw)}))
+        except ValueError as e:
+            failed.append((doc_id, str(e)))
+            unreadable.append(doc_id)
+            continue
+        docs.append(Document(doc_id, text, {"file_name": f.name, "suffix": f.suffix.lower(),
+                                            "bytes": f.stat().st_size}))
     return docs, failed, unreadable
 
 
@@ -290,13 +376,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if sources.missing:
         raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]}")
     if not sources.files:
-        raise CommandError(f"no {'/'.join(TEXT_SUFFIXES)} files under {' '.join(args.texts)}")
+        raise CommandError(f"no {'/'.join(DOCUMENT_SUFFIXES)} files under {' '.join(args.texts)}")
     texts = []
     for f in sources.files:
         try:
-            texts.append(f.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, OSError) as e:
-            raise CommandError(f"{f}: cannot read as UTF-8 text ({e})") from e
+            texts.append(read_text(f))
+        except (ValueError, OSError) as e:
+            raise CommandError(f"{f}: cannot read its text ({e})") from e
     folder = resolve_model_path(args.model)
     out = Path(args.out) if args.out else folder
     if args.out:
@@ -319,24 +405,28 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import QdrantSync, RebuildError, check_collection_name, \
+    from recemb_integrations.qdrant import NothingReadableError, QdrantSync, RebuildError, check_collection_name, \
         check_passage_settings, collection_settings
 
     check_collection_name(args.collection)
     if args.rebuild and args.keep_missing:
         raise CommandError("--rebuild builds the collection from PATHS alone; --keep-missing cannot keep documents "
                            "that are not among them")
-    sources = collect_files(args.paths)
+    prefix = _id_prefix(args)
+    if args.rebuild and prefix:
+        raise CommandError("--rebuild replaces the whole collection, so it cannot be limited to --id-prefix; rebuild "
+                           "it without the prefix, or sync each root into a new collection")
+    sources = collect_files(args.paths, prefix)
     if not sources.files and not sources.missing:
         skipped = f" ({len(sources.skipped)} skipped, e.g. {': '.join(sources.skipped[0])})" if sources.skipped else ""
-        raise CommandError(f"no {'/'.join(TEXT_SUFFIXES)} files under {' '.join(args.paths)}{skipped}")
+        raise CommandError(f"no {'/'.join(DOCUMENT_SUFFIXES)} files under {' '.join(args.paths)}{skipped}")
     if sources.missing and not args.keep_missing:
         # A mistyped path must not wipe the collection through delete_missing.
         raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]} (nothing synced; pass --keep-missing "
                            "to sync the rest without deleting anything)")
-    client, where = open_qdrant(args)
-    with closing(client):
-        recorded = collection_settings(client, args.collection)
+    store, where = open_qdrant(args)
+    with closing(store):
+        recorded = collection_settings(store, args.collection)
         settings = _sync_settings(args, recorded)
         if settings["passage_tokens"] is None and args.passage_overlap:
             raise CommandError("--passage-overlap needs --passage-tokens (passages are off for this collection)")
@@ -345,24 +435,26 @@ def cmd_sync(args: argparse.Namespace) -> int:
         except ValueError:
             raise CommandError(f"--passage-overlap {settings['passage_overlap']} must be smaller than "
                                f"--passage-tokens {settings['passage_tokens']}") from None
-        docs, failed, unreadable = read_documents(sources.files)
-        if failed and not docs and not args.keep_missing:
-            raise CommandError(f"none of the {len(failed)} files could be read ({failed[0][0]}: {failed[0][1]}); "
-                               "nothing synced or deleted")
+        allow_mass_delete = args.allow_mass_delete
+        if recorded is not None:
+            allow_mass_delete = _check_id_scheme(store, args, sources) or allow_mass_delete
         # An existing collection's own model unless one is named, as for search.
         embedder = load_embedder(args, model=recorded.get("model") if recorded else None)
-        sync = QdrantSync(client, args.collection, embedder, store_text=args.store_text,
+        sync = QdrantSync(store, args.collection, embedder, store_text=args.store_text,
                           batch_size=args.batch_size, **settings)
         try:
-            report = sync.sync(docs, delete_missing=not args.keep_missing, keep_ids=unreadable,
-                               allow_mass_delete=args.allow_mass_delete, skip_empty=args.skip_empty,
-                               show_progress_bar=None if not args.json else False, rebuild=args.rebuild)
+            report = sync.sync(document_sources(sources.files, sources.ids), delete_missing=not args.keep_missing,
+                               allow_mass_delete=allow_mass_delete, skip_empty=args.skip_empty,
+                               show_progress_bar=None if not args.json else False, rebuild=args.rebuild,
+                               scope=prefix + "/" if prefix else None)
+        except NothingReadableError as e:
+            raise CommandError(str(e).replace(" documents could be read", " files could be read")) from None
         except RebuildError as e:
             raise CommandError(str(e)) from None
-    report.failed = failed + list(sources.missing) + report.failed
+    report.failed = list(sources.missing) + report.failed
     report.skipped = list(sources.skipped) + report.skipped
-    data = {"collection": args.collection, "qdrant": where, **report.as_dict()}
-    lines = [f"{args.collection} @ {where}: {report.added} added, {report.updated} updated, "
+    data = {"collection": args.collection, "qdrant": where, "store": store.kind, **report.as_dict()}
+    lines = [f"{args.collection} @ {where} ({store.kind}): {report.added} added, {report.updated} updated, "
              f"{report.metadata_updated} metadata updated, {report.unchanged} unchanged, {report.deleted} deleted, "
              f"{len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded in {report.seconds:.1f} s)"]
     lines += [f"  failed: {doc_id}: {err}" for doc_id, err in report.failed]
@@ -370,6 +462,53 @@ def cmd_sync(args: argparse.Namespace) -> int:
     lines += [f"  skipped: {path}: {why}" for path, why in report.skipped]
     emit(args, data, "\n".join(lines))
     return EXIT_PARTIAL if report.failed else EXIT_OK
+
+
+def _id_prefix(args: argparse.Namespace) -> str | None:
+    prefix = getattr(args, "id_prefix", None)
+    if prefix is None:
+        return None
+    cleaned = prefix.strip().strip("/")
+    if not cleaned:
+        raise CommandError("--id-prefix is empty (an unset shell variable?); nothing was done")
+    return cleaned
+
+
+def _looks_absolute(doc_id: str) -> bool:
+    return doc_id.startswith("/") or bool(re.match(r"^[A-Za-z]:[\\/]", doc_id))
+
+
+def _check_id_scheme(store, args: argparse.Namespace, sources: Sources) -> bool:
+    """Collections synced before ids became relative hold absolute paths: a plain sync would delete and re-add
+    everything, so it is refused with the way on. A --rebuild is the way on; it may then replace every id (True:
+    the deletions are the old ids of the same files, when most of them match)."""
+    from qdrant_client import models
+
+    from recemb_integrations.qdrant import KIND_DOCUMENT
+
+    only_documents = models.Filter(must=[models.FieldCondition(key="kind",
+                                                               match=models.MatchValue(value=KIND_DOCUMENT))])
+    sample, _ = store.scroll(args.collection, limit=64, filter=only_documents, with_payload=["document_id"])
+    absolute = [p.payload.get("document_id") for p in sample if _looks_absolute(p.payload.get("document_id") or "")]
+    if not absolute:
+        return False
+    if not args.rebuild:
+        example = sources.ids[0] if sources.ids else "a.md"
+        raise CommandError(
+            f"collection {args.collection!r} was synced by an earlier recemb, which used absolute paths as document "
+            f"ids (e.g. {absolute[0]!r}); ids are now relative to the folder given (e.g. {example!r}), so a moved "
+            "folder or another checkout keeps them. Nothing was written. Rebuild it once with `recemb sync --rebuild "
+            "PATHS` (built beside the old one, which it replaces when complete; every document is embedded again), "
+            "or sync into a new --collection.")
+    old_ids = {f.as_posix() for f in sources.files}
+    stored, offset = set(), None
+    while True:
+        page, offset = store.scroll(args.collection, limit=1024, offset=offset, filter=only_documents,
+                                    with_payload=["document_id"])
+        stored.update(p.payload.get("document_id") for p in page)
+        if offset is None:
+            break
+    return len(stored & old_ids) >= len(stored) / 2
 
 
 def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
@@ -412,11 +551,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise CommandError("the query is empty (an unset shell variable?)")
     filters = dict(_parse_filter(f) for f in args.filter)
-    client, where = open_qdrant(args, create=False)
-    with closing(client):
-        recorded = collection_settings(client, args.collection)
+    store, where = open_qdrant(args, create=False)
+    with closing(store):
+        recorded = collection_settings(store, args.collection)
         if recorded is None:
-            hint = interrupted_rebuild_hint(client, args.collection)
+            hint = interrupted_rebuild_hint(store, args.collection)
             raise CommandError(f"collection {args.collection!r} does not exist in {where}; "
                                + (hint or "run `recemb sync` first"))
         if args.mode in ("hybrid", "sparse") and recorded.get("sparse") is None:
@@ -429,7 +568,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         embedder = load_embedder(args, model=recorded.get("model"))
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", SearchNotice)
-            hits = QdrantSync.open(client, args.collection, embedder).search(
+            hits = QdrantSync.open(store, args.collection, embedder).search(
                 args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
                 granularity=args.granularity, mode=args.mode, **({"fusion": args.fusion} if args.fusion else {}))
     for note in notes:
@@ -481,12 +620,50 @@ def _parse_filter(spec: str) -> tuple[str, object]:
     return key, parsed
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from recemb_integrations.migrate import MigrationError, migrate_collection
+    from recemb_integrations.qdrant import check_collection_name
+    from recemb_integrations.stores import StoreError, open_store
+
+    check_collection_name(args.collection)
+    if (args.to is None) == (args.to_path is None):
+        raise CommandError("give the target: --to URL (a Qdrant server or cluster) or --to-path FOLDER (an embedded "
+                           "store)")
+    if args.to is not None and not re.match(r"^https?://", args.to.strip()):
+        raise CommandError(f"--to {args.to!r} is not a URL (http://... or https://...); for a folder use --to-path")
+    if args.to_path is not None and not args.to_path.strip():
+        raise CommandError("--to-path is empty (an unset shell variable?); nothing was done")
+    # The source is the embedded store unless --qdrant-url names a server: $QDRANT_URL is usually the target.
+    source, where = open_qdrant(args, create=False, environment_url=False)
+    with closing(source):
+        try:
+            target = (open_store(url=args.to.strip(), api_key=os.environ.get("QDRANT_API_KEY")) if args.to
+                      else open_store(path=Path(args.to_path).expanduser(), kind=args.to_store))
+        except StoreError as e:
+            raise CommandError(str(e)) from e
+        with closing(target):
+            try:
+                report = migrate_collection(source, target, args.collection, args.to_collection,
+                                            batch_size=args.batch_size, verify=not args.no_verify,
+                                            show_progress_bar=None if not args.json else False)
+            except MigrationError as e:
+                raise CommandError(str(e)) from None
+            to = f"{report.target_collection} @ {target.location} ({target.kind})"
+    data = {"from": where, "to": target.location, "to_kind": target.kind, **vars(report)}
+    verified = (f"verified: {report.points} points, digest {report.target_digest[:16]}"
+                + (f" ({report.rounded} dense vectors within float rounding)" if report.rounded else "")
+                if report.target_digest else "not verified (--no-verify)")
+    emit(args, data, f"{args.collection} @ {where} -> {to}: {report.copied} points copied"
+                     f"{' (resumed)' if report.resumed else ''} in {report.seconds:.1f} s; {verified}")
+    return EXIT_OK
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
     if args.files:
         sources = collect_files(args.files)
         if sources.missing:
             raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]}")
-        docs, failed, _ = read_documents(sources.files)
+        docs, failed, _ = read_documents(sources.files, sources.ids)
         failed += sources.skipped
         ids, texts = [d.id for d in docs], [d.text for d in docs]
         embedder = load_embedder(args)
@@ -569,6 +746,10 @@ def build_parser() -> argparse.ArgumentParser:
                                             "read from $QDRANT_API_KEY)")
         p.add_argument("--qdrant-path", help="embedded Qdrant folder (default: $RECEMB_QDRANT_PATH or the user data "
                                              "folder)")
+        p.add_argument("--store", choices=["auto", "edge", "local"], default="auto",
+                       help="the embedded engine: edge (Qdrant Edge, for any size; the default for a new folder) or "
+                            "local (qdrant-client's local mode, for small collections); auto: whatever the folder "
+                            "holds")
         # A search reads passages from the collection; the flags stay accepted there (and ignored) for old scripts.
         hidden = not sync
         p.add_argument("--passage-tokens", type=positive_int, help=argparse.SUPPRESS if hidden else
@@ -660,10 +841,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_calibrate)
 
     p = commands.add_parser("sync", help="keep a Qdrant collection in step with text files",
-                            description="Embed each file whole (its path is its id) and bring the collection to "
+                            description="Embed each file whole (its path relative to the folder given is its id) "
+                            "and bring the collection to "
                             "exactly these files: new ones added, changed ones re-embedded, unchanged ones skipped, "
                             "missing ones deleted.")
-    p.add_argument("paths", nargs="+", help="files, folders (.txt .md .markdown .rst, recursively) or globs")
+    p.add_argument("paths", nargs="+", help="files, folders (.txt .md .markdown .rst, and .pdf .html .htm .xhtml "
+                                             ".docx with the 'formats' extra; recursively) or globs")
+    p.add_argument("--id-prefix", help="put PREFIX/ before every document id, and let this sync manage only the "
+                                       "documents under that prefix (several roots in one collection)")
     p.add_argument("--keep-missing", action="store_true", help="do not delete documents absent from PATHS")
     p.add_argument("--allow-mass-delete", action="store_true",
                    help="let this sync delete more than half of the collection's documents (refused otherwise)")
@@ -701,6 +886,27 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(p, default="the model the collection was built with")
     p.set_defaults(run=cmd_search)
 
+    p = commands.add_parser("migrate", help="copy a collection to a Qdrant server (or another store), verified",
+                            description="Copy a collection (vectors, payloads and recemb's metadata, which "
+                            "qdrant-client's own migrate drops) from the embedded store to a server or cluster, or "
+                            "to another embedded store. Resumable: run it again after an interruption. Verified by "
+                            "counts and digests at the end. No model is loaded and nothing is embedded again.")
+    p.add_argument("--to", metavar="URL", help="the target Qdrant server or cluster (API key from $QDRANT_API_KEY)")
+    p.add_argument("--to-path", metavar="FOLDER", help="or: the target embedded store folder")
+    p.add_argument("--to-store", choices=["auto", "edge", "local"], default="auto",
+                   help="the engine of a --to-path store (default: what the folder holds, Qdrant Edge if new)")
+    p.add_argument("--to-collection", help="the target collection's name (default: the same)")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="points per request")
+    p.add_argument("--no-verify", action="store_true", help="skip the final count and digest comparison")
+    p.add_argument("--collection", default="recemb", help="the collection to copy (default: recemb)")
+    p.add_argument("--qdrant-path", help="the source embedded store (default: $RECEMB_QDRANT_PATH or the user data "
+                                         "folder)")
+    p.add_argument("--qdrant-url", help="or: a source server")
+    p.add_argument("--store", choices=["auto", "edge", "local"], default="auto",
+                   help="the engine of the source store (default: what the folder holds)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_migrate)
+
     p = commands.add_parser("embed", help="print embeddings as JSON lines (one text per stdin line, or files)")
     p.add_argument("files", nargs="*", help="files to embed whole (default: stdin lines)")
     p.add_argument("--query", action="store_true", help="embed as queries (adds the instruction)")
@@ -718,7 +924,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _refuse_blank_options(args: argparse.Namespace) -> None:
     """A flag given an empty value (an unset shell variable) must not fall back to a default store or model."""
     positional = {"info": {"model"}, "train": {"model"}, "calibrate": {"model"}}.get(args.command, set())
-    for name in ("model", "qdrant_url", "qdrant_path", "collection", "tokenizer"):
+    for name in ("model", "qdrant_url", "qdrant_path", "collection", "tokenizer", "to", "to_path", "to_collection",
+                 "id_prefix"):
         value = getattr(args, name, None)
         if isinstance(value, str) and not value.strip():
             label = name.upper() if name in positional else "--" + name.replace("_", "-")

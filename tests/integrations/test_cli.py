@@ -61,7 +61,10 @@ def test_sync_search_embed_info(tiny_folder, corpus, tmp_path, capsys):
     assert code == 0 and (report["added"], report["unchanged"], report["deleted"]) == (1, 2, 1)
 
     code, hits, _ = run_json(capsys, ["search", "fixed-size state", "--limit", "2", *common])
-    assert code == 0 and len(hits) == 2 and all(h["document_id"].startswith(str(corpus.resolve())) for h in hits)
+    # ids are paths relative to the folder given: the same wherever the folder lies
+    assert code == 0 and len(hits) == 2 and all(not h["document_id"].startswith("/") for h in hits)
+    code, hits, _ = run_json(capsys, ["search", "x", "--limit", "10", *common])
+    assert sorted(h["document_id"] for h in hits) == ["a.md", "empty.txt", "latin1.txt"]
     code, hits, _ = run_json(capsys, ["search", "x", "--filter", "suffix=.md", *common])
     assert [h["metadata"]["file_name"] for h in hits] == ["a.md"]
 
@@ -147,3 +150,30 @@ def test_train_command_trains_and_reports(tiny_folder, tmp_path, capsys):
     data.write_text('{"anchor": "only an anchor"}\n')
     assert main(["train", str(tiny_folder), str(data), "--out", str(tmp_path / "x")]) == 2
     assert "pairs.jsonl:1: 'positive'" in capsys.readouterr().err
+
+
+def test_migrate_copies_a_collection_to_another_store_and_it_searches_the_same(tiny_folder, corpus, tmp_path,
+                                                                               capsys):
+    pytest.importorskip("qdrant_edge")
+    source = ["--qdrant-path", str(tmp_path / "local"), "--collection", "c"]
+    common = ["--model", str(tiny_folder)]
+    code, _, _ = run_json(capsys, ["sync", str(corpus), "--store", "local", "--passage-tokens", "8", *source,
+                                   *common])
+    assert code == 1  # the latin-1 file
+    before = run_json(capsys, ["search", "fixed-size state", *source, *common])[1]
+    for argv, message in [(["--to", str(tmp_path / "x")], "not a URL"),
+                          (["--to", "http://localhost:1", "--to-path", str(tmp_path / "x")], "give the target"),
+                          ([], "give the target"), (["--to-path", " "], "is empty")]:
+        code, _, err = run_json(capsys, ["migrate", *source, *argv])
+        assert code == 2 and message in err, (argv, err)
+    code, report, err = run_json(capsys, ["migrate", *source, "--to-path", str(tmp_path / "edge")])
+    assert code == 0 and report["to_kind"] == "edge" and report["points"] == report["copied"] > 3, err
+    assert report["source_digest"] == report["target_digest"]
+    target = ["--qdrant-path", str(tmp_path / "edge"), "--collection", "c"]
+    after = run_json(capsys, ["search", "fixed-size state", *target, *common])[1]
+    assert [h["document_id"] for h in after] == [h["document_id"] for h in before]
+    assert [h["score"] for h in after] == pytest.approx([h["score"] for h in before], rel=1e-5)
+    code, report, err = run_json(capsys, ["sync", str(corpus), *target, *common])  # syncs on, nothing re-embedded
+    assert code == 1 and report["embedded_tokens"] == 0 and report["unchanged"] == 3, err
+    code, _, err = run_json(capsys, ["migrate", *source, "--to-path", str(tmp_path / "edge")])
+    assert code == 2 and "exists" in err  # a complete collection is never overwritten

@@ -33,6 +33,7 @@ from recemb_integrations.qdrant import (  # noqa: E402
     content_hash,
 )
 from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
+from recemb_integrations.stores import open_store  # noqa: E402
 
 
 # ---------------------------------------------------------------------- helpers
@@ -52,20 +53,29 @@ def run(capsys, argv, json_out=True):
 
 
 def stored_ids(store: Path, collection: str = "c") -> list[str]:
-    with closing(QdrantClient(path=str(store))) as client:
-        points, _ = client.scroll(collection, scroll_filter=qm.Filter(must=[qm.FieldCondition(
+    with open_store(path=store) as s:
+        points, _ = s.scroll(collection, filter=qm.Filter(must=[qm.FieldCondition(
             key="kind", match=qm.MatchValue(value="document"))]), limit=100_000, with_payload=True)
         return sorted(p.payload["document_id"] for p in points)
 
 
 def point_count(store: Path, collection: str = "c") -> int:
-    with closing(QdrantClient(path=str(store))) as client:
-        return client.count(collection, exact=True).count
+    with open_store(path=store) as s:
+        return s.count(collection)
+
+
+@pytest.fixture(params=["edge", "local"])
+def store_kind(request):
+    if request.param == "edge":
+        pytest.importorskip("qdrant_edge")
+    return request.param
 
 
 @pytest.fixture
-def opts(tiny_folder, tmp_path):
-    return ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c"]
+def opts(tiny_folder, tmp_path, store_kind):
+    """Every CLI case runs on both embedded stores."""
+    return ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c",
+            "--store", store_kind]
 
 
 @pytest.fixture
@@ -120,9 +130,10 @@ def test_mass_deletion_needs_its_flag(tmp_path, opts, capsys):
     sub = make_corpus(tmp_path / "docs" / "sub", 0)
     (corpus / "doc000.txt").rename(sub / "doc000.txt")  # the user meant docs/, typed docs/sub
     code, _, err = run(capsys, ["sync", str(sub), *opts])
-    assert code == 2 and "--allow-mass-delete" in err and "would delete 10 of the 10" in err
+    # ids are relative to the folder given: sub/doc000.txt is "doc000.txt", as docs/doc000.txt was
+    assert code == 2 and "--allow-mass-delete" in err and "would delete 9 of the 10" in err and "--id-prefix" in err
     assert point_count(store) == points_before  # nothing deleted
-    assert not any("/sub/" in d for d in stored_ids(store))  # and the new file was not written either
+    assert "doc000.txt" in stored_ids(store) and len(stored_ids(store)) == 10  # and nothing was written either
 
     # A few removed files need no flag; a deliberate big deletion works with it.
     for name in ("doc001.txt", "doc002.txt", "doc003.txt"):
@@ -130,7 +141,7 @@ def test_mass_deletion_needs_its_flag(tmp_path, opts, capsys):
     report = _sync_all(capsys, corpus, opts)
     assert report["deleted"] == 4 and report["added"] == 1  # doc000 moved into sub/, 3 removed
     code, report, _ = run(capsys, ["sync", str(sub), "--allow-mass-delete", *opts])
-    assert code == 0 and report["deleted"] == 6 and len(stored_ids(store)) == 1
+    assert code == 0 and report["deleted"] == 7 and stored_ids(store) == ["doc000.txt"]
 
 
 def test_mass_deletion_guard_in_the_api(tiny_embedder):
@@ -236,8 +247,8 @@ def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder
     assert len(report["warnings"]) == 2 and all("truncated to its first 20 tokens" in w for _, w in report["warnings"])
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     text = (corpus / "doc000.txt").read_text()
-    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
-        point = client.retrieve("c", [sync_point_id(str((corpus / "doc000.txt").resolve()))], with_vectors=True)[0]
+    with open_store(path=tmp_path / "store") as store:
+        point = store.retrieve("c", [sync_point_id("doc000.txt")], with_vectors=True)[0]
     assert point.payload["tokens"] == 20
     np.testing.assert_allclose(point.vector["dense"], emb.encode_documents([text], max_length=20)[0],
                                rtol=1e-5, atol=1e-6)
@@ -312,7 +323,7 @@ def test_model_free_checks_run_before_the_model_loads(tmp_path, opts, capsys, no
     for argv, message in cases:
         code, _, err = run(capsys, argv)
         assert code == 2 and message in err, (argv, err)
-    holder = QdrantClient(path=str(store))  # another process's embedded store
+    holder = open_store(path=store, kind=opts[opts.index("--store") + 1])  # another process's embedded store
     try:
         code, _, err = run(capsys, ["sync", str(corpus), *opts])
         assert code == 2 and "in use by another process" in err
@@ -425,15 +436,15 @@ def expected_state(store: Path, corpus: Path, tiny_folder, passage_tokens: int =
     """The collection holds exactly the corpus's files, each once, with its current hash and vector, and exactly
     its passages (no duplicates, no orphans)."""
     files = sorted(corpus.glob("*.txt"))
-    assert stored_ids(store) == sorted(str(f.resolve()) for f in files)
+    assert stored_ids(store) == sorted(f.name for f in files)  # ids relative to the folder synced
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     texts = [f.read_text() for f in files]
-    with closing(QdrantClient(path=str(store))) as client:
+    with open_store(path=store) as s:
         for f, text, vector in zip(files, texts, emb.encode_documents(texts)):
-            point = client.retrieve("c", [sync_point_id(str(f.resolve()))], with_vectors=True)[0]
+            point = s.retrieve("c", [sync_point_id(f.name)], with_vectors=True)[0]
             assert point.payload["content_hash"] == content_hash(text)
             np.testing.assert_allclose(point.vector["dense"], vector, rtol=1e-5, atol=1e-6)
-        n_passages = client.count("c", exact=True).count - len(files)
+        n_passages = s.count("c") - len(files)
     expected = sum(len(range(0, max(len(ids) - 1, 1), passage_tokens)) for ids in emb.tokenize(texts))
     assert n_passages == expected
 
@@ -618,8 +629,8 @@ def test_hybrid_is_the_default_and_search_shows_the_best_passage(tmp_path, opts,
 
     corpus = make_corpus(tmp_path / "docs", 4, words=10)
     assert run(capsys, ["sync", str(corpus), "--passage-tokens", "8", "--store-text", *opts])[0] == 0
-    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
-        assert collection_settings(client, "c")["vectors"] == {"dense": "dense", "sparse": "bm25"}
+    with open_store(path=tmp_path / "store") as store:
+        assert collection_settings(store, "c")["vectors"] == {"dense": "dense", "sparse": "bm25"}
     for mode in ("hybrid", "dense", "sparse"):
         for fusion in ("rrf", "dbsf"):
             code, hits, err = run(capsys, ["search", "topic 3", "--mode", mode, "--fusion", fusion, *opts])
@@ -642,8 +653,12 @@ def test_dense_only_collections_and_their_flags(tmp_path, opts, capsys, monkeypa
     assert code == 2 and "no BM25 vectors" in err and "--rebuild" in err
 
 
-def test_a_recemb_0_1_collection_is_refused_hybrid_and_rebuilt_by_the_cli(tmp_path, opts, capsys, tiny_folder):
+def test_a_recemb_0_1_collection_is_refused_hybrid_and_rebuilt_by_the_cli(tmp_path, opts, capsys, tiny_folder,
+                                                                           store_kind):
     from recemb_integrations.qdrant import REBUILD_SUFFIX, collection_settings
+
+    if store_kind == "edge":
+        pytest.skip("recemb 0.1 collections exist only in qdrant-client stores")
 
     corpus = make_corpus(tmp_path / "docs", 3)
     files = sorted(corpus.iterdir())
@@ -663,16 +678,17 @@ def test_a_recemb_0_1_collection_is_refused_hybrid_and_rebuilt_by_the_cli(tmp_pa
     assert code == 0 and len(hits) == 3 and "note:" in err and "recemb sync --rebuild" in err
     code, _, err = run(capsys, ["sync", str(corpus), *opts])
     assert code == 2 and "--rebuild" in err and "--dense-only" in err
-    code, report, err = run(capsys, ["sync", str(corpus), "--dense-only", *opts])
-    assert code == 0 and report["unchanged"] == 3, err
+    code, _, err = run(capsys, ["sync", str(corpus), "--dense-only", *opts])  # its ids are absolute paths
+    assert code == 2 and "absolute paths" in err and "--rebuild" in err
     code, _, err = run(capsys, ["sync", str(corpus), "--rebuild", "--keep-missing", *opts])
     assert code == 2 and "--keep-missing" in err
     code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", "--passage-tokens", "8", *opts])
-    assert code == 0 and report["added"] == 3, err
-    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
-        settings = collection_settings(client, "c")
+    assert code == 0 and report["added"] == 3 and report["deleted"] == 3, err  # the old ids go, the files stay
+    assert stored_ids(tmp_path / "store") == [f.name for f in files]
+    with open_store(path=tmp_path / "store") as store:
+        settings = collection_settings(store, "c")
         assert settings["layout"] == 2 and settings["sparse"] and settings["passage_tokens"] == 8
-        assert not client.collection_exists("c" + REBUILD_SUFFIX)
+        assert not store.collection_exists("c" + REBUILD_SUFFIX)
     code, hits, err = run(capsys, ["search", "topic 1", "--mode", "hybrid", *opts])
     assert code == 0 and len(hits) == 3 and "note" not in err, err
 
@@ -689,6 +705,47 @@ def test_a_rebuild_given_a_mistyped_empty_or_partial_source_keeps_the_collection
         code, _, err = run(capsys, ["sync", *paths, "--rebuild", *opts])
         assert code == 2 and err, paths
         assert stored_ids(tmp_path / "store") == before
-    with closing(QdrantClient(path=str(tmp_path / "store"))) as client:
-        assert collection_settings(client, "c")["sparse"] is None  # still the dense-only collection it was
-        assert not client.collection_exists("c.recemb-rebuild")
+    with open_store(path=tmp_path / "store") as store:
+        assert collection_settings(store, "c")["sparse"] is None  # still the dense-only collection it was
+        assert not store.collection_exists("c.recemb-rebuild")
+
+
+def test_absolute_ids_of_an_earlier_recemb_are_explained_and_rebuilt(tmp_path, opts, capsys, tiny_folder, no_model):
+    corpus = make_corpus(tmp_path / "docs", 6)
+    files = sorted(corpus.iterdir())
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu")
+    with open_store(path=tmp_path / "store", kind=opts[opts.index("--store") + 1]) as store:  # as recemb 0.2 wrote it
+        QdrantSync(store, "c", emb).sync([Document(str(f.resolve()), f.read_text()) for f in files])
+    code, _, err = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 2 and "absolute paths" in err and "--rebuild" in err and "Nothing was written" in err
+    assert stored_ids(tmp_path / "store") == sorted(str(f.resolve()) for f in files)  # (and no model was loaded)
+
+
+def test_rebuild_moves_absolute_ids_to_relative_and_a_moved_folder_keeps_them(tmp_path, opts, capsys, tiny_folder):
+    corpus = make_corpus(tmp_path / "docs", 6)
+    files = sorted(corpus.iterdir())
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu")
+    with open_store(path=tmp_path / "store", kind=opts[opts.index("--store") + 1]) as store:
+        QdrantSync(store, "c", emb).sync([Document(str(f.resolve()), f.read_text()) for f in files])
+    code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", *opts])
+    assert code == 0 and report["added"] == 6 and report["deleted"] == 6, err
+    assert stored_ids(tmp_path / "store") == [f.name for f in files]
+    moved = corpus.rename(tmp_path / "elsewhere")  # another checkout, or the folder moved
+    code, report, err = run(capsys, ["sync", str(moved), *opts])
+    assert code == 0 and report["unchanged"] == 6 and report["added"] == 0, err
+
+
+def test_id_prefixes_keep_several_roots_in_one_collection(tmp_path, opts, capsys):
+    wiki, docs = make_corpus(tmp_path / "wiki", 6), make_corpus(tmp_path / "docs", 6)
+    assert run(capsys, ["sync", str(wiki), "--id-prefix", "wiki", *opts])[0] == 0
+    code, report, err = run(capsys, ["sync", str(docs), "--id-prefix", "docs/", *opts])
+    assert code == 0 and report["added"] == 6 and report["deleted"] == 0, err  # the other root is not "missing"
+    assert stored_ids(tmp_path / "store") == sorted([f"docs/{f.name}" for f in docs.iterdir()]
+                                                    + [f"wiki/{f.name}" for f in wiki.iterdir()])
+    (wiki / "doc000.txt").unlink()
+    code, report, _ = run(capsys, ["sync", str(wiki), "--id-prefix", "wiki", *opts])
+    assert code == 0 and report["deleted"] == 1 and len(stored_ids(tmp_path / "store")) == 11
+    code, _, err = run(capsys, ["sync", str(wiki), "--id-prefix", " ", *opts])
+    assert code == 2 and "--id-prefix is empty" in err
+    code, _, err = run(capsys, ["sync", str(wiki), "--id-prefix", "wiki", "--rebuild", *opts])
+    assert code == 2 and "--id-prefix" in err and len(stored_ids(tmp_path / "store")) == 11
