@@ -749,3 +749,25 @@ def test_id_prefixes_keep_several_roots_in_one_collection(tmp_path, opts, capsys
     assert code == 2 and "--id-prefix is empty" in err
     code, _, err = run(capsys, ["sync", str(wiki), "--id-prefix", "wiki", "--rebuild", *opts])
     assert code == 2 and "--id-prefix" in err and len(stored_ids(tmp_path / "store")) == 11
+
+
+def test_pdf_html_and_docx_are_synced_and_a_broken_one_keeps_its_stored_version(tmp_path, opts, capsys):
+    pytest.importorskip("pypdfium2")
+    pytest.importorskip("docx")
+    from tests.integrations.test_formats import make_docx, make_pdf
+
+    corpus = make_corpus(tmp_path / "docs", 1)
+    (corpus / "paper.pdf").write_bytes(make_pdf([["whales sing in the deep ocean"], ["page two"]]))
+    (corpus / "page.html").write_text("<html><head><title>Tides</title><script>x()</script></head>"
+                                      "<body><p>the moon pulls the tides</p></body></html>")
+    make_docx(corpus / "report.docx")
+    code, report, err = run(capsys, ["sync", str(corpus), "--store-text", *opts])
+    assert code == 0 and report["added"] == 4, err
+    code, hits, _ = run(capsys, ["search", "whales in the ocean", "--limit", "1", *opts])
+    assert hits[0]["document_id"] == "paper.pdf" and "page two" in hits[0]["text"]
+    code, hits, _ = run(capsys, ["search", "moon tides", "--limit", "1", *opts])
+    assert hits[0]["document_id"] == "page.html" and "x()" not in hits[0]["text"]
+    (corpus / "paper.pdf").write_bytes(b"%PDF-1.4 broken")  # a file that no longer extracts
+    code, report, _ = run(capsys, ["sync", str(corpus), *opts])
+    assert code == 1 and [f[0] for f in report["failed"]] == ["paper.pdf"] and report["deleted"] == 0
+    assert "paper.pdf" in stored_ids(tmp_path / "store")  # its stored version is kept
