@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sync_process import run_recemb_sync  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOKS = ROOT.parent / "shared" / "data" / "long"
@@ -37,18 +38,8 @@ def single_line_text(n_bytes: int) -> str:
 
 
 def run_sync(path: Path, store: Path, extra: list[str]) -> dict:
-    argv = [sys.executable, "-m", "recemb_integrations.cli", "sync", str(path), "--qdrant-path", str(store),
-            "--collection", "huge", "--json", *extra]
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise SystemExit(f"recemb sync exited {code}: {out[-2000:]}")
-    report = json.loads(out.strip().splitlines()[-1])
-    return {"exit": code, "wall_s": round(wall, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    report, wall, peak_mib = run_recemb_sync([str(path), "--qdrant-path", str(store), "--collection", "huge", *extra])
+    return {"exit": 0, "wall_s": round(wall, 1), "peak_rss_mib": round(peak_mib, 1),
             "tokens": report["embedded_tokens"], "sync_s": round(report["seconds"], 1),
             "tokens_per_s": round(report["embedded_tokens"] / report["seconds"], 1)}
 
