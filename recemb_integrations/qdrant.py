@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,6 +81,7 @@ PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER} 
 MASS_DELETE_MIN_DOCUMENTS = 5
 PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
 STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
+FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
 DELETE_BATCH = 256  # stale documents deleted per request
 # Characters Qdrant's server refuses in collection names (local mode checks the same set), and its length limit.
 INVALID_COLLECTION_CHARS = '<>:"/\\|?*\x00\x1f'
@@ -621,7 +622,11 @@ class QdrantSync:
 
         start = time.perf_counter()
         report = SyncReport()
-        docs, bad = _normalise(documents)  # the first pass: ids, hashes and metadata, no text kept
+        # The first pass: ids, hashes and metadata, no text kept (a bar where there are many to read).
+        sized = len(documents) if isinstance(documents, Sized) else 0
+        docs, bad = _normalise(tqdm(documents, total=sized or None, desc=f"Reading for {self.collection}",
+                                    unit="doc", leave=False, disable=not (show_progress_bar if show_progress_bar
+                                                                          is not None else sized > FIRST_PASS_BAR)))
         if delete_missing and bad and not docs:
             raise NothingReadableError(f"none of the {len(bad)} documents could be read ({bad[0][0]}: {bad[0][1]}); "
                                        "nothing was synced or deleted")
