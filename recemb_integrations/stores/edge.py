@@ -18,7 +18,9 @@ every store (../shared/reference/qdrant-hybrid-and-edge.md):
   translated to the same markers;
 - HNSW is built only by an explicit ``optimize()``: ``optimize`` runs it (with a progress bar) once enough points
   were written since the store was opened; below that, search is exact;
-- filtered HNSW search loses recall (0.33 recall@10 measured): filtered dense searches use ACORN;
+- filtered HNSW search loses recall on fields without a payload index (0.33 recall@10 measured): a filtered dense
+  search on such a field uses ACORN; one on indexed fields only (recemb's own, e.g. ``kind``) is left to Qdrant's
+  planner, which is faster there at full recall (index-aware HNSW links or an exact search of the matches);
 - a killed ``optimize()`` leaves ``temp_segments`` behind: cleaned when a shard is opened (the store lock says
   nobody else has it open);
 - its own types: filters arrive as ``qdrant_client.models.Filter`` and are translated.
@@ -87,6 +89,7 @@ class EdgeStore(Store):
             shutil.rmtree(leftover, ignore_errors=True)
         self._shards: dict[str, Any] = {}
         self._written: dict[str, int] = {}  # points upserted per collection since opening
+        self._index_keys: dict[str, set[str]] = {}  # payload keys with an index, per collection
         self._mutex = threading.RLock()
 
     # ------------------------------------------------------------------ collections
@@ -135,6 +138,7 @@ class EdgeStore(Store):
                 self._close_shard(collection)
                 shutil.rmtree(folder)
             folder.mkdir()
+            self._index_keys.pop(collection, None)
             config = E.EdgeConfig(
                 vectors={DENSE_VECTOR: E.EdgeVectorParams(size=dense_size, distance=E.Distance.Cosine)},
                 sparse_vectors=({SPARSE_VECTOR: E.EdgeSparseVectorParams(modifier=E.Modifier.Idf)} if sparse
@@ -158,11 +162,23 @@ class EdgeStore(Store):
             _fsync_dir(self._collections)
             shutil.rmtree(trash, ignore_errors=True)
             self._written.pop(collection, None)
+            self._index_keys.pop(collection, None)
 
     def create_payload_index(self, collection: str, key: str, schema: str) -> None:
         E = self._edge
         kind = {KEYWORD: E.PayloadSchemaType.Keyword, INTEGER: E.PayloadSchemaType.Integer}[schema]
-        self._update(collection, E.UpdateOperation.create_field_index(key, kind))
+        with self._mutex:
+            self._update(collection, E.UpdateOperation.create_field_index(key, kind))
+            record = self._record(collection)
+            indexed = sorted(set(record.get("indexed", [])) | {key})
+            _write_json(self._folder(collection) / COLLECTION_FILE, {**record, "indexed": indexed})
+            self._index_keys[collection] = set(indexed)
+
+    def _indexed(self, collection: str) -> set[str]:
+        with self._mutex:
+            if collection not in self._index_keys:  # read once per opening; kept in step by create_payload_index
+                self._index_keys[collection] = set(self._record(collection).get("indexed", []))
+            return self._index_keys[collection]
 
     def _shard(self, collection: str):
         with self._mutex:
@@ -232,9 +248,11 @@ class EdgeStore(Store):
     def query(self, collection: str, request: SearchRequest) -> list[StoredPoint]:
         E = self._edge
         edge_filter = self._filter(request.filter)
-        # Filtered HNSW misses matches that sit behind filtered-out neighbours; ACORN explores past them.
+        # Filtered HNSW misses matches that sit behind filtered-out neighbours unless the field has a payload index
+        # (its HNSW then links within each value); ACORN explores past them where none has.
+        acorn = edge_filter is not None and not _filter_keys(request.filter) <= self._indexed(collection)
         dense_params = E.SearchParams(hnsw_ef=max(HNSW_EF, request.limit, request.candidates),
-                                      acorn=E.AcornSearchParams(enable=True) if edge_filter is not None else None)
+                                      acorn=E.AcornSearchParams(enable=True) if acorn else None)
         dense = (E.Query.Nearest(list(request.dense), using=request.dense_name or DENSE_VECTOR)
                  if request.dense is not None else None)
         sparse = (E.Query.Nearest(E.SparseVector(indices=list(request.sparse.indices),
@@ -386,6 +404,29 @@ def _from_edge(record) -> StoredPoint:
                   for name, v in vector.items()}
     return StoredPoint(id=str(record.id), payload=_decode(record.payload or {}), vector=vector,
                        score=getattr(record, "score", None))
+
+
+def _filter_keys(f) -> set[str]:
+    """The payload keys a ``models.Filter`` tests (an id condition tests none)."""
+    from qdrant_client import models
+
+    if f is None:
+        return set()
+    if isinstance(f, models.Filter):
+        parts = [*(f.must or []), *(f.should or []), *(f.must_not or []),
+                 *(f.min_should.conditions if f.min_should else [])]
+        return set().union(*(_filter_keys(c) for c in (parts if isinstance(parts, list) else [parts])))
+    if isinstance(f, list):
+        return set().union(*(_filter_keys(c) for c in f))
+    if isinstance(f, models.FieldCondition):
+        return {f.key}
+    if isinstance(f, models.IsEmptyCondition):
+        return {f.is_empty.key}
+    if isinstance(f, models.IsNullCondition):
+        return {f.is_null.key}
+    if isinstance(f, models.NestedCondition):
+        return {f.nested.key}
+    return set()
 
 
 def _translate_filter(E, f):

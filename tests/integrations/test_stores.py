@@ -234,3 +234,29 @@ def test_local_mode_warns_in_the_report_above_its_size(tiny_embedder, monkeypatc
     assert any("recemb migrate" in what for _, what in report.warnings)
     assert client_module.LOCAL_MODE_LARGE == 20_000
     store.close()
+
+
+def test_edge_uses_acorn_only_for_filters_on_fields_without_an_index(edge_folder, monkeypatch):
+    import qdrant_edge
+
+    from recemb_integrations.stores.edge import EdgeStore
+
+    used = []
+    real = qdrant_edge.AcornSearchParams
+
+    def spy(*args, **kwargs):
+        used.append(kwargs.get("enable"))
+        return real(*args, **kwargs)
+
+    with EdgeStore(edge_folder) as store:
+        store.create_collection("c", DIM, True, {})
+        store.create_payload_index("c", "kind", "keyword")
+        store.upsert("c", [point(i, kind="document", metadata={"tag": i % 3}) for i in range(30)])
+        monkeypatch.setattr(qdrant_edge, "AcornSearchParams", spy)
+        indexed = store.query("c", SearchRequest(limit=5, dense=[1.0, 0.3, 0.2, 0.5], filter=where("kind", "document")))
+        assert used == [] and len(indexed) == 5
+        other = store.query("c", SearchRequest(limit=5, dense=[1.0, 0.3, 0.2, 0.5], filter=qm.Filter(
+            must=[where("kind", "document").must[0], where("metadata.tag", 1).must[0]])))
+        assert used == [True] and len(other) == 5 and all(p.payload["metadata"]["tag"] == 1 for p in other)
+    with EdgeStore(edge_folder) as store:  # the indexes are recorded with the collection
+        assert store._indexed("c") == {"kind"}
