@@ -302,6 +302,9 @@ class QdrantSync:
         max_tokens: truncate each document to this many tokens (EOS included), with a warning in the report.
         sparse: also give every point a BM25 sparse vector (hybrid search); False builds a dense-only collection.
         sparse_language: the BM25 stemmer and stopword language.
+        index_metadata: metadata keys searches filter by, with their type ("keyword" or "integer"), e.g.
+            ``{"topic": "keyword"}``: a payload index on each makes filtered searches fast and exact on a server and
+            on Qdrant Edge (without one, Edge falls back to ACORN, tens of milliseconds at 100,000 points).
 
     ``passage_tokens``, ``passage_overlap``, ``max_tokens`` and ``sparse`` are recorded in the collection: a sync
     must use the same values, a search reads them from there (``QdrantSync.open`` builds an instance with them).
@@ -322,8 +325,13 @@ class QdrantSync:
         max_tokens: int | None = None,
         sparse: bool = True,
         sparse_language: str = "english",
+        index_metadata: dict[str, str] | None = None,
     ):
         check_passage_settings(passage_tokens, passage_overlap)
+        for key, schema in (index_metadata or {}).items():
+            if not isinstance(key, str) or not key or schema not in (KEYWORD, INTEGER):
+                raise ValueError(f"index_metadata maps metadata keys to {KEYWORD!r} or {INTEGER!r}, got "
+                                 f"{key!r}: {schema!r}")
         for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -340,6 +348,7 @@ class QdrantSync:
         self.batch_size = batch_size
         self.sparse = sparse
         self.sparse_language = sparse_language
+        self.index_metadata = dict(index_metadata or {})
         self._retries = retries
         if sparse:
             Bm25(language=sparse_language)  # an unknown language fails here, before any model work
@@ -378,7 +387,8 @@ class QdrantSync:
         return QdrantSync(self.store, collection, self.embedder, model_id=self.model_id, store_text=self.store_text,
                           passage_tokens=self.passage_tokens, passage_overlap=self.passage_overlap,
                           batch_size=self.batch_size, retries=self._retries, max_tokens=self.max_tokens,
-                          sparse=self.sparse, sparse_language=self.sparse_language)
+                          sparse=self.sparse, sparse_language=self.sparse_language,
+                          index_metadata=self.index_metadata)
 
     # ------------------------------------------------------------------ collection
     @property
@@ -479,7 +489,7 @@ class QdrantSync:
 
     def _index_payload(self, collection: str) -> None:
         """Payload indexes on the fields every sync filters by (a server and Edge use them; local mode has none)."""
-        for key, schema in PAYLOAD_INDEXES.items():
+        for key, schema in {**PAYLOAD_INDEXES, **{f"metadata.{k}": v for k, v in self.index_metadata.items()}}.items():
             self._call(self.store.create_payload_index, collection, key, schema)
 
     def ensure_collection(self, create: bool = True, documents: Sequence[Document] = ()) -> None:
@@ -553,6 +563,8 @@ class QdrantSync:
                 + ". Nothing was written. Sync with the collection's settings, into a new collection, or rebuild it "
                 "with the new ones (`recemb sync --rebuild`).")
         self._adopt_layout(recorded)
+        for key, schema in self.index_metadata.items():  # keys named after the collection was created
+            self._call(self.store.create_payload_index, self.collection, f"metadata.{key}", schema)
         self._verified = True
 
     # ------------------------------------------------------------------ reading state

@@ -739,3 +739,15 @@ def test_a_foreign_collection_named_like_the_staging_one_is_never_dropped(store,
         QdrantSync(store, "docs", embedder).sync(CORPUS, rebuild=True)
     assert client.retrieve("docs" + REBUILD_SUFFIX, [1])[0].payload == {"mine": 1}
     assert collection_settings(store, "docs").get("layout", 1) == 1 and len(stored(store)) == len(CORPUS)
+
+
+def test_metadata_indexes_are_created_with_the_collection_and_later(store, embedder):
+    recording = RecordingClient(store)
+    with pytest.raises(ValueError, match="index_metadata"):
+        QdrantSync(store, "docs", embedder, index_metadata={"lang": "text"})
+    QdrantSync(recording, "docs", embedder, index_metadata={"lang": "keyword"}).sync(DOCS)
+    QdrantSync(recording, "docs", embedder, index_metadata={"lang": "keyword", "n": "integer"}).sync(DOCS)
+    assert ("docs", "metadata.lang", "keyword") in recording.indexes[:4]
+    assert ("docs", "metadata.n", "integer") in recording.indexes
+    hits = QdrantSync.open(store, "docs", embedder).search("state", filter={"lang": "fr", "n": 3})
+    assert [h.document_id for h in hits] == ["c.txt"]
