@@ -860,7 +860,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="truncate each document to this many tokens, with a warning (default: the collection's, "
                         "else never)")
     p.add_argument("--store-text", action="store_true", help="keep the text in the payload")
-    p.add_argument("--batch-size", type=positive_int, default=8, help="documents embedded together")
+    p.add_argument("--batch-size", type=positive_int, default=64,
+                   help="documents read, embedded and written together (one write request; default 64)")
     p.add_argument("--dense-only", action="store_true",
                    help="build the collection without BM25 vectors (default: hybrid, dense + BM25; an existing "
                         "collection keeps what it was built with)")

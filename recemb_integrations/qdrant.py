@@ -81,6 +81,7 @@ PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER} 
 MASS_DELETE_MIN_DOCUMENTS = 5
 PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
 STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
+BATCH_MAX_CHARS = 4 << 20  # text of one batch at most (its token ids are held as Python ints until embedded)
 FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
 DELETE_BATCH = 256  # stale documents deleted per request
 # Characters Qdrant's server refuses in collection names (local mode checks the same set), and its length limit.
@@ -297,7 +298,8 @@ class QdrantSync:
         store_text: keep each document's text in its payload (returned by ``search``).
         passage_tokens: if set, also store one point per passage of this many tokens (documents stay whole).
         passage_overlap: tokens shared by consecutive passages.
-        batch_size: documents embedded (and then written) together.
+        batch_size: documents read, embedded and written together: their points go in one request (a batch also
+            closes at ``BATCH_MAX_CHARS`` of text, so large documents do not pile up in memory).
         retries: attempts for a write or read that fails with a transient server error.
         max_tokens: truncate each document to this many tokens (EOS included), with a warning in the report.
         sparse: also give every point a BM25 sparse vector (hybrid search); False builds a dense-only collection.
@@ -320,7 +322,7 @@ class QdrantSync:
         store_text: bool = False,
         passage_tokens: int | None = None,
         passage_overlap: int = 0,
-        batch_size: int = 8,
+        batch_size: int = 64,
         retries: int = 5,
         max_tokens: int | None = None,
         sparse: bool = True,
@@ -681,6 +683,7 @@ class QdrantSync:
         # soon as it is read. Memory is bounded by the batch (or one long document), not by the corpus.
         with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
             pending: list[tuple[Document, str]] = []
+            pending_chars = 0
             for entry, action in to_embed:
                 try:
                     doc = entry.load()
@@ -693,10 +696,11 @@ class QdrantSync:
                     bar.update(1)
                     continue
                 pending.append((doc, action))
-                if len(pending) == self.batch_size:
+                pending_chars += len(doc.text)
+                if len(pending) == self.batch_size or pending_chars >= BATCH_MAX_CHARS:
                     self._sync_batch(pending, report, done, show_progress_bar)
                     bar.update(len(pending))
-                    pending = []
+                    pending, pending_chars = [], 0
             if pending:
                 self._sync_batch(pending, report, done, show_progress_bar)
                 bar.update(len(pending))

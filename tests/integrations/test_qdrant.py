@@ -751,3 +751,13 @@ def test_metadata_indexes_are_created_with_the_collection_and_later(store, embed
     assert ("docs", "metadata.n", "integer") in recording.indexes
     hits = QdrantSync.open(store, "docs", embedder).search("state", filter={"lang": "fr", "n": 3})
     assert [h.document_id for h in hits] == ["c.txt"]
+
+
+def test_a_batch_closes_at_its_character_budget(store, embedder, monkeypatch):
+    import recemb_integrations.qdrant as qdrant_module
+
+    monkeypatch.setattr(qdrant_module, "BATCH_MAX_CHARS", 100)
+    recording = RecordingClient(store)
+    docs = [Document(f"d{i}", "word " * 12) for i in range(6)]  # 60 characters each
+    assert QdrantSync(recording, "docs", embedder).sync(docs).added == 6  # batch_size 64 by default
+    assert recording.upserts == [["document"] * 2] * 3
