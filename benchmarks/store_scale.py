@@ -639,12 +639,32 @@ def probe(embedder, cache: VectorCache, docs, batch_size: int, passages, n: int)
 # ------------------------------------------------------------------------------------- children
 
 
-def run_child(spec: dict, label: str) -> dict:
-    """One configuration in its own process; its result, with its peak RSS (ru_maxrss) and wall time."""
+SPEC_PATHS = ("work", "result", "record")  # spec keys that do not change what a configuration measures
+
+
+def same_spec(a: dict, b: dict) -> bool:
+    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))  # tuples as lists, as read back
+    return ({k: v for k, v in a.items() if k not in SPEC_PATHS}
+            == {k: v for k, v in b.items() if k not in SPEC_PATHS})
+
+
+def run_child(spec: dict, label: str, resume: bool = False) -> dict:
+    """One configuration in its own process; its result, with its wall time. ``resume``: a result that an
+    earlier run left in the work folder for the same spec is taken instead (a run killed midway goes on)."""
     folder = Path(spec["work"])
     folder.mkdir(parents=True, exist_ok=True)
     spec_path = folder / f"{label}.spec.json"
     result_path = folder / f"{label}.result.json"
+    if resume and spec_path.is_file() and result_path.is_file() and same_spec(
+            json.loads(spec_path.read_text()), spec):
+        result = json.loads(result_path.read_text())
+        written = result_path.stat().st_mtime
+        result["reused"] = (f"measured by an earlier run of this script (result written "
+                            f"{datetime.datetime.fromtimestamp(written):%Y-%m-%d %H:%M})")
+        result.setdefault("process_wall_s", round(written - spec_path.stat().st_mtime, 1))
+        print(f"[{label}] reusing the result of an earlier run with the same settings ({result_path})",
+              flush=True)
+        return result
     spec["result"] = str(result_path)
     spec_path.write_text(json.dumps(spec))
     start = time.perf_counter()
@@ -947,7 +967,12 @@ def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------- sections (parent)
 
 
-def decide_mode(requested: str, estimate_s: float, limit_min: float) -> str:
+def decide_mode(requested: str, section: str, estimate_s: float, limit_min: float) -> str:
+    """``requested``: "auto", "live", "cached", or per section ("short:live,long:auto")."""
+    if ":" in requested:
+        requested = dict(part.split(":", 1) for part in requested.split(",")).get(section, "auto")
+    if requested not in ("auto", "live", "cached"):
+        raise SystemExit(f"--embedding: unknown mode {requested!r} for {section}")
     if requested != "auto":
         return requested
     return "cached" if estimate_s > limit_min * 60 else "live"
@@ -975,7 +1000,7 @@ def run_sync_section(section: str, args, embedder, data: Path, work: Path) -> di
     p = probe(embedder, cache, docs, batch_size, passages, probe_n)
     per_doc = p["sync_s"] / probe_n
     estimate = per_doc * n
-    mode = decide_mode(args.embedding, estimate, args.live_limit_min)
+    mode = decide_mode(args.embedding, section, estimate, args.live_limit_min)
     print(f"  probe: {probe_n} documents, sync without a store {p['sync_s']:.1f} s ({p['docs_per_s']:.1f} "
           f"docs/s, {p['tokens_per_s']:,.0f} tokens/s, model {p['model_s']:.1f} s) -> a live sync of {n:,} "
           f"would take about {estimate / 60:.1f} min per store: {mode} embeddings", flush=True)
@@ -997,7 +1022,7 @@ def run_sync_section(section: str, args, embedder, data: Path, work: Path) -> di
                 "torch_threads": args.torch_threads,
                 # a live sync records its embeddings once, for the million section's real vectors
                 "record": mode == "live" and section == "short" and i == 0 and cache.meta["covered"] < n}
-        r = run_child(spec, f"{section}-{kind}")
+        r = run_child(spec, f"{section}-{kind}", args.resume)
         if spec["record"]:
             cache.meta["chunks"] = [{"start": 0, "end": n, "sync_s": None,
                                      "model_s": round(r["sync"]["model_s"], 3),
@@ -1070,7 +1095,7 @@ def run_million(args, embedder, data: Path, work: Path) -> dict:
     spec = {"task": "million", "n": args.million, "real": str(real_path), "queries": str(query_path),
             "noise": args.noise, "upsert_batch": args.upsert_batch, "hnsw_ef": args.hnsw_ef,
             "work": str(work)}
-    r = run_child(spec, "million")
+    r = run_child(spec, "million", args.resume)
     r.update({"embedding_wall_s_this_run": embed_wall, "query_embedding_s": query_s, "noise_norm": args.noise,
               "vectors_how": (f"{r['real_embeddings']:,} real embeddings of real short texts (the short "
                               "section's documents, embedded by the bundled model)"
@@ -1113,7 +1138,8 @@ def sync_stores(results: dict):
 def sync_table(results: dict) -> str:
     lines = md_header(["section", "store", "embeddings", "docs", "points", "sync s", "docs/s", "tokens/s",
                        "store s", "store share", "store share (CPU time)", "model share", "other share",
-                       "peak RSS MiB", "RSS before store MiB", "disk MiB (du)", "reopen + count s"], 3)
+                       "peak RSS MiB", "RSS before store MiB", "disk MiB (du)", "reopen + count s",
+                       "configuration wall min"], 3)
     for section, kind, r in sync_stores(results):
         s = r["sync"]
         est = "*" if r["mode"] == "cached" else ""
@@ -1123,7 +1149,7 @@ def sync_table(results: dict) -> str:
             fmt(s["store_share"], 1, True) + est, fmt(s["store_share_cpu"], 1, True) + est,
             fmt(s["model_share"], 1, True) + est, fmt(s["other_share"], 1, True) + est,
             fmt(r["peak_rss_mib"], 0), fmt(r["rss_baseline_mib"], 0), fmt(r["disk"]["allocated_mib"], 0),
-            fmt(r["reopen"]["open_and_count_s"], 2)]))
+            fmt(r["reopen"]["open_and_count_s"], 2), fmt((r.get("process_wall_s") or 0) / 60)]))
     return "\n".join(lines)
 
 
@@ -1277,14 +1303,19 @@ def main(argv=None) -> int:
     add("--long-batch-size", type=int, default=8, help="QdrantSync batch_size for long documents")
     add("--probe", type=int, default=500, help="short documents timed to choose the embedding mode")
     add("--long-probe", type=int, default=10, help="long documents timed to choose the mode")
-    add("--embedding", choices=("auto", "live", "cached"), default="auto",
-        help="auto: cached if a live sync would exceed --live-limit-min per store")
+    add("--embedding", default="auto",
+        help="auto, live or cached, or per section (short:live,long:auto); auto: cached if a live sync would "
+             "exceed --live-limit-min per store")
     add("--live-limit-min", type=float, default=25.0)
     add("--model", help="recemb model (default: the bundled recemb-mamba2-mini)")
     add("--torch-threads", type=int, default=TORCH_THREADS,
         help="torch threads for all embedding (default 1: see TORCH_THREADS)")
     add("--cache-dir", default=str(Path(tempfile.gettempdir()) / "recemb-store-scale-cache"))
-    add("--work-dir", help="where the stores are built (default: a temporary folder, removed)")
+    add("--work-dir", help="where the stores are built and each configuration's result is kept (default: a "
+                           "temporary folder, removed)")
+    add("--resume", action="store_true",
+        help="with --work-dir: take the results an earlier (interrupted) run left there for configurations "
+             "with the same settings")
     add("--quick", action="store_true",
         help="smoke test, a few minutes: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
     add("--out", help="JSON results (default benchmarks/results/store_scale.json; with --quick "
@@ -1336,6 +1367,8 @@ def main(argv=None) -> int:
                 results[section] = run_sync_section(section, args, embedder, data, work)
             results["seconds"][section] = time.time() - t0
             print(f"== {section} took {results['seconds'][section] / 60:.1f} min", flush=True)
+            out.parent.mkdir(parents=True, exist_ok=True)  # what is done so far, in case the run is stopped
+            out.write_text(json.dumps({**results, "incomplete": True}, indent=1, default=str) + "\n")
     finally:
         if work_ctx is not None:
             work_ctx.cleanup()
@@ -1381,6 +1414,12 @@ def notes(results: dict) -> list[str]:
                "queries. End-to-end latencies include embedding the query; the store's "
                "part is timed through the store proxy.")
     out.append("The 1 GB corpus RSS target is measured by benchmarks/huge_file.py, not by this script.")
+    for section, kind, r in sync_stores(results):
+        if r.get("reused"):
+            out.append(f"{section}/{kind}: {r['reused']} (--resume); this run's section seconds do not "
+                       "include it.")
+    if (results.get("million") or {}).get("reused"):
+        out.append(f"million: {results['million']['reused']} (--resume).")
     return out
 
 
