@@ -54,12 +54,12 @@ def measure(spec: dict, folder: str, threads: int) -> dict:
         from recemb.core import encode_vertical, load_encoder
 
         model = load_encoder(Path(folder), torch.device("cpu"))
-        model.set_scan_chunk_size(spec.get("q"))
         ids = torch.randint(3, 32000, (b, T), generator=gen)
         V = spec.get("V") or T
 
         def once(x):
-            return encode_vertical(model, x, torch.full((x.shape[0],), x.shape[1]), V, backend="torch")
+            return encode_vertical(model, x, torch.full((x.shape[0],), x.shape[1]), V, backend="torch",
+                                   chunk_size=spec.get("q"))
     elif kind == "transformers":
         from transformers import Mamba2Model
 

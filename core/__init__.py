@@ -2,7 +2,14 @@
 
 from recemb.core.config import ConfigError, Mamba2Config
 from recemb.core.embedder import Embedder
-from recemb.core.loading import DEFAULT_MODEL, CheckpointError, load_encoder, resolve_model_path, save_encoder
+from recemb.core.loading import (
+    DEFAULT_MODEL,
+    CheckpointError,
+    load_encoder,
+    load_pretrained,
+    resolve_model_path,
+    save_encoder,
+)
 from recemb.core.mixer import Mamba2Block, Mamba2Mixer
 from recemb.core.model import Mamba2Encoder
 from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS, query_prompt, resolve_instruction
@@ -28,6 +35,7 @@ __all__ = [
     "default_vertical_chunk_size",
     "encode_vertical",
     "load_encoder",
+    "load_pretrained",
     "query_prompt",
     "resolve_instruction",
     "resolve_model_path",

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from recemb.core.context_extension import ContextExtension, DeltaControl, apply_delta_control
+from recemb.core.context_extension import ContextExtension, DeltaControl, apply_delta_control, resolve_mode
 from recemb.core.model import Mamba2Encoder
 from recemb.core.vertical import encode_vertical
-from recemb.kernels.ssd.naive import prepare_dt
+from recemb.kernels import prepare_dt
 
 TARGET_MULTIPLES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
@@ -35,12 +35,14 @@ def default_target_lengths(train_length: int, longest: int = 262_144) -> list[in
 
 
 @torch.inference_mode()
-def record_delta(model: Mamba2Encoder, input_ids: torch.Tensor, backend: str = "auto") -> list[torch.Tensor]:
-    """Post-softplus Δ of every layer for one sequence (1, l): a list of (l, h) fp32, MambaExtend scale included
-    when it is on (LongMamba filters the scaled Δ), no filtering."""
+def record_delta(model: Mamba2Encoder, input_ids: torch.Tensor, backend: str = "auto",
+                 context_extension: str = "auto") -> list[torch.Tensor]:
+    """Post-softplus Δ of every layer for one sequence (1, l): a list of (l, h) fp32, with the MambaExtend scale
+    when ``context_extension`` runs it (LongMamba filters the scaled Δ), whatever l; no filtering."""
     recorded: list[torch.Tensor] = []
     ext = model.context_extension
-    scales = ext.delta_scale if ext is not None and ext.use_delta_scale and ext.has_delta_scale else None
+    scaled = resolve_mode(ext, context_extension) in ("mambaextend", "both")
+    scales = ext.delta_scale if scaled else None
     hooks = []
     for i, layer in enumerate(model.layers):
         mixer = layer.mixer
@@ -53,11 +55,9 @@ def record_delta(model: Mamba2Encoder, input_ids: torch.Tensor, backend: str = "
             recorded.append(dt[0])  # (l, h)
 
         hooks.append(mixer.in_proj.register_forward_hook(hook))
-    saved, model.context_extension = model.context_extension, None
     try:
-        model.forward_chunk(input_ids, None, backend=backend)
+        model.forward_chunk(input_ids, None, backend=backend)  # no deltas: the plain forward
     finally:
-        model.context_extension = saved
         for h in hooks:
             h.remove()
     return recorded
@@ -93,10 +93,13 @@ def calibrate_longmamba(
     min_length: int | None = None,
     backend: str = "auto",
     progress: Callable[[int], None] | None = None,
+    context_extension: str = "auto",
 ) -> ContextExtension:
     """LongMamba's per-layer global heads and Δ thresholds from token windows of ``train_length`` tokens.
 
-    Returns the model's ContextExtension (created if absent) with ``global_heads`` and ``thresholds`` filled.
+    context_extension: the mode the windows' Δ are recorded under (its MambaExtend scales, if any, are applied:
+    LongMamba filters the scaled Δ). Returns the model's ContextExtension (created if absent) with
+    ``global_heads`` and ``thresholds`` filled.
     """
     if not windows:
         raise ValueError("calibrate_longmamba needs at least one window")
@@ -105,7 +108,7 @@ def calibrate_longmamba(
     decay_max = thr_max = None
     for n, window in enumerate(windows):
         ids = torch.as_tensor(list(window), dtype=torch.long, device=device)[None, :train_length]
-        per_layer = record_delta(model, ids, backend)
+        per_layer = record_delta(model, ids, backend, context_extension)
         decays, thrs = [], []
         for layer, dt in zip(model.layers, per_layer):
             A = -torch.exp(layer.mixer.A_log.float())
@@ -128,7 +131,6 @@ def calibrate_longmamba(
         "cumulative_decay": decay_max.tolist(),
         "global_heads_per_layer": [int(sum(g)) for g in ext.global_heads],
     }
-    ext.use_filter = True
     model.context_extension = ext
     return ext
 
@@ -139,32 +141,31 @@ def calibrate_longmamba(
 def passage_mean_targets(model: Mamba2Encoder, documents: Sequence[Sequence[int]], train_length: int, eos: int,
                          backend: str = "auto") -> torch.Tensor:
     """normalise(mean of the vanilla embeddings of each document's training-length passages), (n, d)."""
-    saved, model.context_extension = model.context_extension, None
-    try:
-        targets = []
-        for doc in documents:
-            body = list(doc[:-1]) if doc and doc[-1] == eos else list(doc)
-            passages = [body[i:i + train_length - 1] + [eos] for i in range(0, len(body), train_length - 1)]
-            lengths = torch.tensor([len(p) for p in passages])
-            ids = torch.full((len(passages), int(lengths.max())), eos, dtype=torch.long)
-            for r, p in enumerate(passages):
-                ids[r, : len(p)] = torch.tensor(p)
-            emb = encode_vertical(model, ids.to(model.embeddings.weight.device), lengths, None, backend)
-            targets.append(F.normalize(F.normalize(emb.float(), dim=-1).mean(0), dim=-1))
-        return torch.stack(targets)
-    finally:
-        model.context_extension = saved
+    targets = []
+    for doc in documents:
+        body = list(doc[:-1]) if doc and doc[-1] == eos else list(doc)
+        passages = [body[i:i + train_length - 1] + [eos] for i in range(0, len(body), train_length - 1)]
+        lengths = torch.tensor([len(p) for p in passages])
+        ids = torch.full((len(passages), int(lengths.max())), eos, dtype=torch.long)
+        for r, p in enumerate(passages):
+            ids[r, : len(p)] = torch.tensor(p)
+        emb = encode_vertical(model, ids.to(model.embeddings.weight.device), lengths, None, backend,
+                              context_extension="off")
+        targets.append(F.normalize(F.normalize(emb.float(), dim=-1).mean(0), dim=-1))
+    return torch.stack(targets)
 
 
 def _agreement_loss(model, documents, targets, scales, backend, vertical_chunk_size) -> float:
-    """Mean 1 - cos(e_s(D), target) with Δ scales ``scales`` and no filtering (inference)."""
+    """Mean 1 - cos(e_s(D), target) with Δ scales ``scales`` on every document and no filtering (inference)."""
     saved = model.context_extension
-    model.context_extension = ContextExtension(delta_scale=[float(s) for s in scales], use_filter=False)
+    # min_length 1: the documents being calibrated on get the scales whatever their length.
+    model.context_extension = ContextExtension(delta_scale=[float(s) for s in scales], min_length=1)
     try:
         losses = []
         for doc, target in zip(documents, targets):
             ids = torch.as_tensor(list(doc), dtype=torch.long, device=model.embeddings.weight.device)[None]
-            e = encode_vertical(model, ids, torch.tensor([len(doc)]), vertical_chunk_size, backend)[0].float()
+            e = encode_vertical(model, ids, torch.tensor([len(doc)]), vertical_chunk_size, backend,
+                                context_extension="mambaextend")[0].float()
             losses.append(1 - F.cosine_similarity(e, target.to(e.device), dim=0).item())
         return sum(losses) / len(losses)
     finally:
@@ -227,30 +228,25 @@ def calibrate_mambaextend(
         params = torch.ones(n_layers, requires_grad=True)
         opt = torch.optim.Adam([params], lr=lr)
         device = model.embeddings.weight.device
-        saved = model.context_extension
-        model.context_extension = None
-        try:
-            for x in range(iterations):
-                opt.zero_grad()
-                total = 0.0
-                for doc, target in zip(long_docs, targets):
-                    ids = torch.as_tensor(doc, dtype=torch.long, device=device)[None]
-                    deltas = [DeltaControl(scale=params[i].to(device)) for i in range(n_layers)]
-                    h, _ = model.forward_chunk(ids, None, backend=backend, deltas=deltas)
-                    e = model.norm_f(h[0, -1]).float()
-                    loss = (1 - F.cosine_similarity(e, target.to(device), dim=0)) / len(long_docs)
-                    loss.backward()
-                    total += float(loss.detach())
-                opt.step()
-                with torch.no_grad():
-                    params.clamp_(min=0.01)
-                if total < best_loss:
-                    best_loss, scales = total, params.detach().tolist()
-                history.append(best_loss)
-                if progress is not None:
-                    progress(x + 1, best_loss)
-        finally:
-            model.context_extension = saved
+        for x in range(iterations):
+            opt.zero_grad()
+            total = 0.0
+            for doc, target in zip(long_docs, targets):
+                ids = torch.as_tensor(doc, dtype=torch.long, device=device)[None]
+                deltas = [DeltaControl(scale=params[i].to(device)) for i in range(n_layers)]
+                h, _ = model.forward_chunk(ids, None, backend=backend, deltas=deltas)
+                e = model.norm_f(h[0, -1]).float()
+                loss = (1 - F.cosine_similarity(e, target.to(device), dim=0)) / len(long_docs)
+                loss.backward()
+                total += float(loss.detach())
+            opt.step()
+            with torch.no_grad():
+                params.clamp_(min=0.01)
+            if total < best_loss:
+                best_loss, scales = total, params.detach().tolist()
+            history.append(best_loss)
+            if progress is not None:
+                progress(x + 1, best_loss)
     ext = model.context_extension or ContextExtension(train_length=train_length)
     ext.train_length = train_length
     ext.delta_scale = [float(s) for s in scales]
@@ -259,7 +255,6 @@ def calibrate_mambaextend(
         "document_tokens": [len(d) for d in long_docs], "objective": "1 - cos(long, mean of passages)",
         "loss_start": start_loss, "loss_end": best_loss, "history": history, "seed": seed,
     }
-    ext.use_delta_scale = True
     model.context_extension = ext
     return ext
 
@@ -312,7 +307,6 @@ def calibrate(
         starts = [round(i * (len(stream) - length) / max(documents - 1, 1)) for i in range(documents)]
         docs = [stream[s:s + length - 1] + [eos] for s in starts]
         bar = tqdm(total=iterations, desc="MambaExtend", disable=not show_progress_bar)
-        ext.use_filter = False  # the scales are calibrated without filtering
         calibrate_mambaextend(model, docs, train_length, eos, method=optimizer, iterations=iterations, seed=seed,
                               backend=embedder.backend, vertical_chunk_size=embedder.vertical_chunk_size,
                               progress=lambda i, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.4f}")))
@@ -326,7 +320,7 @@ def calibrate(
         calibrate_longmamba(model, [stream[s:s + train_length] for s in starts], train_length, target_lengths,
                             theta, clamp_top, min_length, embedder.backend, progress=lambda i: bar.update(1))
         bar.close()
-    ext.set_mode("auto")
+    embedder.set_context_extension("auto")  # this caller now runs what was calibrated
     if save_to is not None:
         ext.save(save_to)
     return ext

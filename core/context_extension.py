@@ -5,12 +5,16 @@ Per mixer, with dt_eff = softplus(dt_raw + dt_bias) of shape (b, l, h):
 1. MambaExtend (Azizi et al., ICLR 2025): dt_eff ← s_l · dt_eff, one scale per layer, floored at 0.01.
 2. LongMamba (Ye et al., ICLR 2025): in the layer's *global* heads (cumulative decay over a training-length
    window stays above θ), tokens with dt_eff ≤ threshold_h(L) get Δ = 0: no decay and no input, so the token is
-   skipped in that head's state, while D·x and the C·h readout still happen. The threshold is keyed by the
-   **whole** input length L, so it does not depend on the vertical chunk size V. Active only from ``min_length``.
+   skipped in that head's state, while D·x and the C·h readout still happen.
 3. The time-step limit, then the scan with ``dt_bias=None, dt_softplus=False``.
 
-Neither enabled: the mixer takes its usual path (bit-for-bit the same outputs). Calibration: ``core/calibration.py``.
-Artifacts live in the model folder as ``context_extension.json`` and load with the model.
+Both methods act only on inputs of at least ``min_length`` tokens, keyed by the **whole** input length L (so the
+result does not depend on the vertical chunk size V): shorter inputs, within the training length the model knows,
+are embedded by the plain model whatever the mode. When no row of a batch qualifies, the mixer takes its usual path
+(bit-for-bit the same outputs). Calibration: ``core/calibration.py``.
+
+The artifacts live in the model folder as ``context_extension.json``, load with the model and are shared by every
+``Embedder`` on it; which methods run is each caller's own ``mode``, handed down at call time.
 """
 
 from __future__ import annotations
@@ -24,29 +28,34 @@ import torch
 
 ARTIFACT_FILE = "context_extension.json"
 SCALE_FLOOR = 0.01  # MambaExtend's only clamp on the calibrated scales
-MODES = ("auto", "off", "mambaextend", "longmamba", "both")
+MODES = ("auto", "off", "mambaextend", "longmamba", "both")  # what a caller may ask for
 
 
 @dataclass
 class DeltaControl:
     """What the Δ hook does in one layer for one batch.
 
-    scale: s_l (None: no scaling); threshold: (b, h) per-row thresholds for this layer (None: no filtering);
+    scale: s_l (None: no scaling): a float for every row, a (b,) tensor per row (1 for rows too short to be scaled),
+        or a 0-d tensor that lets calibration take gradients through it;
+    threshold: (b, h) per-row thresholds for this layer (None: no filtering);
     global_heads: (h,) bool, the heads filtering applies to.
     """
 
-    scale: float | torch.Tensor | None = None  # a 0-d tensor lets calibration take gradients through it
+    scale: float | torch.Tensor | None = None
     threshold: torch.Tensor | None = None
     global_heads: torch.Tensor | None = None
 
     def keep_rows(self, n: int) -> "DeltaControl":
-        return DeltaControl(self.scale, None if self.threshold is None else self.threshold[:n], self.global_heads)
+        per_row = isinstance(self.scale, torch.Tensor) and self.scale.dim() == 1
+        return DeltaControl(self.scale[:n] if per_row else self.scale,
+                            None if self.threshold is None else self.threshold[:n], self.global_heads)
 
 
 def apply_delta_control(dt_eff: torch.Tensor, control: DeltaControl) -> torch.Tensor:
     """dt_eff (b, l, h), post-softplus, before the time-step limit -> the hooked (b, l, h)."""
     if isinstance(control.scale, torch.Tensor):
-        dt_eff = dt_eff * control.scale.clamp_min(SCALE_FLOOR).to(dt_eff.dtype)
+        scale = control.scale.clamp_min(SCALE_FLOOR).to(device=dt_eff.device, dtype=dt_eff.dtype)
+        dt_eff = dt_eff * (scale[:, None, None] if scale.dim() == 1 else scale)
     elif control.scale is not None:
         dt_eff = dt_eff * max(float(control.scale), SCALE_FLOOR)
     if control.threshold is not None:
@@ -56,14 +65,35 @@ def apply_delta_control(dt_eff: torch.Tensor, control: DeltaControl) -> torch.Te
     return dt_eff
 
 
+def resolve_mode(extension: "ContextExtension | None", mode: str) -> str:
+    """What ``mode`` means for a model with these artifacts: "off", "mambaextend", "longmamba" or "both".
+
+    "auto" is every calibrated method; asking for a method that is not calibrated is an error naming the step."""
+    if mode not in MODES:
+        raise ValueError(f"context extension mode must be one of {MODES}, got {mode!r}")
+    has_scale = extension is not None and extension.has_delta_scale
+    has_filter = extension is not None and extension.has_filter
+    want_scale = mode in ("mambaextend", "both") or (mode == "auto" and has_scale)
+    want_filter = mode in ("longmamba", "both") or (mode == "auto" and has_filter)
+    if want_scale and not has_scale:
+        raise ValueError("MambaExtend is not calibrated for this model: run `recemb calibrate --method "
+                         "mambaextend` first")
+    if want_filter and not has_filter:
+        raise ValueError("LongMamba is not calibrated for this model: run `recemb calibrate --method longmamba` "
+                         "first")
+    return "both" if want_scale and want_filter else "mambaextend" if want_scale else "longmamba" if want_filter \
+        else "off"
+
+
 @dataclass
 class ContextExtension:
-    """Calibrated artifacts for both methods, and which of them is switched on.
+    """Calibrated artifacts for both methods (which of them runs is the caller's ``mode``).
 
     delta_scale: per-layer MambaExtend scales (None: not calibrated).
     global_heads: per layer, per head: True for LongMamba's global heads (None: not calibrated).
     thresholds: target length (tokens) -> per layer, per head Δ threshold.
-    train_length: the length the model was trained (and calibrated) at; min_length: filtering starts here.
+    train_length: the length the model was trained (and calibrated) at; min_length: both methods act on inputs
+    of at least this many tokens.
     """
 
     delta_scale: list[float] | None = None
@@ -73,10 +103,7 @@ class ContextExtension:
     min_length: int | None = None  # None: 1.5 × train_length (LongMamba: 3k for a 2k model)
     threshold_multiplier: float = 1.0  # LongMamba's b
     calibration: dict = field(default_factory=dict)  # how the artifacts were made (recorded, not used)
-    use_delta_scale: bool = True
-    use_filter: bool = True
 
-    # ------------------------------------------------------------------ switches
     @property
     def has_delta_scale(self) -> bool:
         return self.delta_scale is not None
@@ -86,59 +113,46 @@ class ContextExtension:
         return self.global_heads is not None and bool(self.thresholds)
 
     @property
-    def active(self) -> bool:
-        return (self.use_delta_scale and self.has_delta_scale) or (self.use_filter and self.has_filter)
-
-    def set_mode(self, mode: str) -> None:
-        """auto: every calibrated method; off; mambaextend; longmamba; both (must be calibrated)."""
-        if mode not in MODES:
-            raise ValueError(f"context extension mode must be one of {MODES}, got {mode!r}")
-        want_scale = mode in ("mambaextend", "both") or (mode == "auto" and self.has_delta_scale)
-        want_filter = mode in ("longmamba", "both") or (mode == "auto" and self.has_filter)
-        if want_scale and not self.has_delta_scale:
-            raise ValueError("MambaExtend is not calibrated for this model: run `recemb calibrate --method "
-                             "mambaextend` first")
-        if want_filter and not self.has_filter:
-            raise ValueError("LongMamba is not calibrated for this model: run `recemb calibrate --method longmamba` "
-                             "first")
-        self.use_delta_scale, self.use_filter = want_scale, want_filter
-
-    @property
     def mode(self) -> str:
-        s, f = self.use_delta_scale and self.has_delta_scale, self.use_filter and self.has_filter
-        return "both" if s and f else "mambaextend" if s else "longmamba" if f else "off"
+        """What "auto" runs: every calibrated method."""
+        return resolve_mode(self, "auto")
 
     # ------------------------------------------------------------------ per batch
-    def filter_starts_at(self) -> int:
+    def active_from(self) -> int:
+        """Input length (tokens) from which both methods act: ``min_length``, by default 1.5 × train_length."""
         return self.min_length if self.min_length is not None else int(1.5 * self.train_length)
 
     def threshold_key(self, length: int) -> int:
         """The calibrated target length nearest to ``length`` (LongMamba's rule)."""
         return min(self.thresholds, key=lambda k: (abs(length - k), k))
 
-    def layer_controls(self, lengths: torch.Tensor, device: torch.device) -> list[DeltaControl | None] | None:
-        """Per layer, the hook for a batch whose rows have full input lengths ``lengths`` (b,); None if inactive."""
-        if not self.active:
+    def layer_controls(self, lengths: torch.Tensor, device: torch.device, mode: str = "auto"
+                       ) -> list[DeltaControl | None] | None:
+        """Per layer, the hook for a batch whose rows have whole input lengths ``lengths`` (b,) under ``mode``;
+        None when the mode is off or no row is long enough (the plain model)."""
+        mode = resolve_mode(self, mode)
+        scaling, filtering = mode in ("mambaextend", "both"), mode in ("longmamba", "both")
+        long_rows = [int(L) >= self.active_from() for L in lengths.tolist()]
+        if mode == "off" or not any(long_rows):
             return None
         n_layers = len(self.delta_scale) if self.has_delta_scale else len(self.global_heads)
-        scales = self.delta_scale if (self.use_delta_scale and self.has_delta_scale) else None
+        scales: list | None = None
+        if scaling:
+            if all(long_rows):  # a float per layer: the arithmetic of a batch of long inputs stays as it was
+                scales = list(self.delta_scale)
+            else:  # rows too short keep scale 1, which multiplies exactly
+                keep = torch.tensor(long_rows)
+                scales = [torch.where(keep, torch.tensor(s, dtype=torch.float32), torch.ones(())).to(device)
+                          for s in self.delta_scale]
         thresholds = masks = None
-        if self.use_filter and self.has_filter:
-            start = self.filter_starts_at()
-            rows = []
-            for L in lengths.tolist():
-                if L < start:
-                    rows.append(None)
-                else:
-                    rows.append(torch.tensor(self.thresholds[self.threshold_key(int(L))], dtype=torch.float32))
-            if any(r is not None for r in rows):
-                h = len(self.global_heads[0])
-                # Rows below min_length keep every token: threshold -1 (Δ is never negative).
-                full = torch.stack([r if r is not None else torch.full((n_layers, h), -1.0) for r in rows])  # (b, L, h)
-                thresholds = (full * self.threshold_multiplier).to(device)
-                masks = torch.tensor(self.global_heads, dtype=torch.bool, device=device)  # (layers, h)
-        if scales is None and thresholds is None:
-            return None
+        if filtering:
+            h = len(self.global_heads[0])
+            # Rows too short keep every token: threshold -1 (Δ is never negative).
+            full = torch.stack([torch.tensor(self.thresholds[self.threshold_key(int(L))], dtype=torch.float32)
+                                if long else torch.full((n_layers, h), -1.0)
+                                for L, long in zip(lengths.tolist(), long_rows)])  # (b, layers, h)
+            thresholds = (full * self.threshold_multiplier).to(device)
+            masks = torch.tensor(self.global_heads, dtype=torch.bool, device=device)  # (layers, h)
         return [
             DeltaControl(
                 scale=None if scales is None else scales[i],
@@ -152,8 +166,6 @@ class ContextExtension:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["thresholds"] = {str(k): v for k, v in self.thresholds.items()}
-        for runtime_switch in ("use_delta_scale", "use_filter"):
-            d.pop(runtime_switch)
         return d
 
     @classmethod

@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from recemb.core.loading import load_encoder, resolve_model_path
+from recemb.core.context_extension import resolve_mode
+from recemb.core.loading import load_pretrained
 from recemb.core.model import Mamba2Encoder
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
 from recemb.core.tokenizer import TextTokenizer
-from recemb.core.vertical import VerticalStream, encode_vertical, pad_right
+from recemb.core.vertical import VerticalStream, encode_vertical, pad_right, pool_last_token
 from recemb.kernels import BACKENDS
 
 PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
@@ -24,45 +25,20 @@ PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much
 STREAM_MIN_CHARS = 1 << 18
 
 
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():  # torch's own error is an assertion deep inside
-        raise ValueError(f"device {str(device)!r} was asked for, but this torch sees no CUDA device; use "
-                         "device='cpu' (or leave it unset)")
-    return resolved
-
-
-def set_context_extension(model, mode: str) -> None:
-    from recemb.core.context_extension import ContextExtension
-
-    if model.context_extension is None:
-        ContextExtension().set_mode(mode)  # nothing calibrated: checks the mode, and names the missing step
-        return
-    model.context_extension.set_mode(mode)
-
-
-def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    resolved = getattr(torch, str(dtype).replace("torch.", ""), None)
-    if not isinstance(resolved, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    return resolved
-
-
 class Embedder:
     """A Mamba2 text embedder with constant memory in the input length.
 
     Args:
-        model: the backbone.
+        model: the backbone. It may be shared with other Embedders (``shared_embedder``): every setting below is
+            this Embedder's own and is handed down at call time, so the model itself is never changed.
         tokenizer: turns text into ids ending in EOS; None allows only ``embed_token_ids``.
         vertical_chunk_size: V, tokens per vertical chunk (a memory dial; any V >= 1 gives the same result).
             None: 4096 for a single sequence, 2·chunk_size for batches.
         backend: SSD scan backend, "auto" | "torch" | "triton".
         chunk_size: SSD chunk length q (numerics only); None: the checkpoint's on Triton, 64 on the torch backend.
         max_length: truncate inputs to this many tokens (EOS included); None never truncates.
+        context_extension: which calibrated context-extension methods run: "auto" (every calibrated one), "off",
+            "mambaextend", "longmamba" or "both"; see ``set_context_extension``.
         name: where the model came from (recorded by integrations).
     """
 
@@ -75,6 +51,7 @@ class Embedder:
         max_length: int | None = None,
         name: str | None = None,
         chunk_size: int | None = None,
+        context_extension: str = "auto",
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -84,8 +61,8 @@ class Embedder:
         self.backend = backend
         self.max_length = _check_positive("max_length", max_length)
         self.name = name
-        if chunk_size is not None:  # None leaves the model as it is (it may be shared)
-            model.set_scan_chunk_size(_check_positive("chunk_size", chunk_size))
+        self.chunk_size = _check_positive("chunk_size", chunk_size)
+        self.set_context_extension(context_extension)
 
     @classmethod
     def from_pretrained(
@@ -110,33 +87,32 @@ class Embedder:
         device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
         a GPU. tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
         (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
-        context_extension: "auto" (every method calibrated in the folder), "off", "mambaextend", "longmamba" or
-        "both"; see ``set_context_extension``.
+        The options are named in ``recemb.core.options`` (LOAD_OPTIONS, CALLER_OPTIONS); ``shared_embedder``
+        takes the same ones and loads through the same ``load_pretrained``.
         """
-        hub = dict(revision=revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
-        folder = resolve_model_path(name_or_path, **hub)
-        device = _resolve_device(device)
-        model = load_encoder(folder, device=device, dtype=_resolve_dtype(dtype))
-        set_context_extension(model, context_extension)
-        if isinstance(tokenizer, TextTokenizer):
-            tok = tokenizer
-        elif tokenizer is not None:
-            tok = TextTokenizer.load(tokenizer, eos_token_id=eos_token_id)
-        else:
-            tok = TextTokenizer.from_folder(folder, eos_token_id=eos_token_id)
-        return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,
-                   max_length=max_length, name=str(name_or_path), chunk_size=chunk_size)
+        model, tok = load_pretrained(name_or_path, device=device, dtype=dtype, tokenizer=tokenizer,
+                                     eos_token_id=eos_token_id, revision=revision, cache_dir=cache_dir, token=token,
+                                     local_files_only=local_files_only)
+        return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend, max_length=max_length,
+                   name=str(name_or_path), chunk_size=chunk_size, context_extension=context_extension)
 
     def set_context_extension(self, mode: str) -> None:
-        """Switch MambaExtend Δ scaling / LongMamba filtering: "auto", "off", "mambaextend", "longmamba", "both".
+        """Switch MambaExtend Δ scaling / LongMamba filtering for this Embedder: "auto" (every calibrated
+        method), "off", "mambaextend", "longmamba" or "both" (a method that is not calibrated is an error).
 
-        Affects the loaded model, so every Embedder sharing it (``shared_embedder``)."""
-        set_context_extension(self.model, mode)
+        Other Embedders sharing the model keep their own mode. Either method acts only on inputs of at least the
+        calibrated minimum length; shorter ones are embedded by the plain model in every mode."""
+        resolve_mode(self.model.context_extension, mode)  # checks now; resolved again per call
+        self._context_extension = mode
 
     @property
     def context_extension(self) -> str:
-        ext = self.model.context_extension
-        return "off" if ext is None else ext.mode
+        """The methods that run: "off", "mambaextend", "longmamba" or "both" ("auto" resolved)."""
+        return resolve_mode(self.model.context_extension, self._context_extension)
+
+    def _run_options(self) -> dict:
+        """This Embedder's settings, as the engine takes them on every call."""
+        return dict(backend=self.backend, chunk_size=self.chunk_size, context_extension=self.context_extension)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -220,9 +196,9 @@ class Embedder:
 
     @property
     def needs_whole_length(self) -> bool:
-        """Active context extension keys its Δ controls by the whole input length, so a stream must be counted
-        (tokenized once without embedding) before it is embedded."""
-        return self.model.delta_controls(torch.ones(1, dtype=torch.long)) is not None
+        """Context extension keys its Δ controls by the whole input length, so with it on a stream must be
+        counted (tokenized once without embedding) before it is embedded."""
+        return self.context_extension != "off"
 
     def tokenize_stream(self, text: str, prompt: str | None = None, max_length: int | None = None,
                         on_chars=None) -> TokenStream:
@@ -269,7 +245,7 @@ class Embedder:
         concatenation with the same V, in memory that does not grow with its length. ``total_tokens`` is needed
         when ``needs_whole_length``."""
         V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
-        stream = VerticalStream(self.model, V, backend=self.backend, total_length=total_tokens)
+        stream = VerticalStream(self.model, V, total_length=total_tokens, **self._run_options())
         vocab = self.config.vocab_size
         for piece in pieces:
             piece = torch.as_tensor(piece, dtype=torch.long)
@@ -298,10 +274,21 @@ class Embedder:
         show = show_progress_bar if show_progress_bar is not None else total >= PROGRESS_MIN_TOKENS
         with tqdm(total=total, disable=not show, unit="tok", unit_scale=True, desc="Embedding") as bar:
             for idx, batch_ids, lengths in self._batches(seqs, batch_size):
-                pooled = encode_vertical(self.model, batch_ids, lengths, V, backend=self.backend,
-                                         on_tokens=bar.update)
+                pooled = encode_vertical(self.model, batch_ids, lengths, V, on_tokens=bar.update,
+                                         **self._run_options())
                 out[idx.to(self.device)] = pooled.float()
         return F.normalize(out, p=2, dim=-1) if normalize else out
+
+    def embed_padded(self, input_ids: torch.Tensor, lengths: torch.Tensor, vertical_chunk_size: int | None = None,
+                     differentiable: bool = False) -> torch.Tensor:
+        """Pooled, unnormalised embeddings of a right-padded batch (b, T) with real lengths (b,): (b, d).
+
+        differentiable: one horizontal pass that autograd can go through (training; memory grows with T);
+        otherwise vertical chunking with V = ``vertical_chunk_size`` or this Embedder's."""
+        if differentiable:
+            return pool_last_token(self.model, input_ids, lengths, **self._run_options())
+        V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
+        return encode_vertical(self.model, input_ids, lengths, V, **self._run_options())
 
     def _batches(self, seqs: list[list[int]], batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor,
                                                                                    torch.Tensor]]:
@@ -316,7 +303,8 @@ class Embedder:
     def __repr__(self) -> str:
         c = self.config
         return (f"Embedder(name={self.name!r}, dim={self.dim}, layers={c.num_hidden_layers}, device={self.device}, "
-                f"dtype={self.dtype}, vertical_chunk_size={self.vertical_chunk_size}, backend={self.backend!r})")
+                f"dtype={self.dtype}, vertical_chunk_size={self.vertical_chunk_size}, backend={self.backend!r}, "
+                f"chunk_size={self.chunk_size}, context_extension={self.context_extension!r})")
 
 
 def _check_positive(name: str, value: int | None) -> int | None:

@@ -21,6 +21,7 @@ import torch
 from recemb.core.config import ConfigError, Mamba2Config
 from recemb.core.context_extension import ContextExtension
 from recemb.core.model import Mamba2Encoder
+from recemb.core.tokenizer import TextTokenizer
 
 FORMATS_HELP = (
     "recemb reads: transformers Mamba2 (config.json with model_type 'mamba2' + model.safetensors, a sharded "
@@ -36,7 +37,7 @@ WEIGHT_FILES = {
 }
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-# Models shipped inside the package (trained by this project, see recemb_integrations.mini_model).
+# Models shipped inside the package (trained by this project, see tools/mini_model in the repository).
 BUNDLED_MODELS_DIR = Path(importlib.import_module("recemb").__file__).resolve().parent / "models"
 DEFAULT_MODEL = "recemb-mamba2-mini"
 
@@ -48,6 +49,11 @@ def bundled_model_path(name: str) -> Path | None:
         return None
     folder = BUNDLED_MODELS_DIR / bare
     return folder if (folder / "config.json").is_file() else None
+
+
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE is set (read now, as the tests set it after huggingface_hub was imported)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 class CheckpointError(ValueError):
@@ -76,17 +82,62 @@ def resolve_model_path(
         raise FileNotFoundError(f"no model folder at {name!r} (and it is not a Hugging Face id like 'org/name')")
     from huggingface_hub import snapshot_download
 
+    # Offline, ask the cache directly: asking the hub first fails and logs "Could not reach the Hub" per call.
+    offline = bool(local_files_only) or hub_offline()
     try:
-        return Path(
-            snapshot_download(
-                name, revision=revision, cache_dir=cache_dir, token=token,
-                local_files_only=bool(local_files_only),
-            )
-        )
+        return Path(snapshot_download(name, revision=revision, cache_dir=cache_dir, token=token,
+                                      local_files_only=offline))
     except Exception as e:  # the hub client raises several types for "not there"
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or local_files_only
         where = "in the Hugging Face cache (offline)" if offline else "locally or on the Hugging Face hub"
         raise FileNotFoundError(f"model {name!r} was not found {where}: {e}") from e
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """None: cuda if available, else cpu."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():  # torch's own error is an assertion deep inside
+        raise ValueError(f"device {str(device)!r} was asked for, but this torch sees no CUDA device; use "
+                         "device='cpu' (or leave it unset)")
+    return resolved
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """A torch dtype from a dtype or its name ("bfloat16", "torch.float16"); None stays None."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    resolved = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return resolved
+
+
+def load_pretrained(
+    name_or_path: str | os.PathLike,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    tokenizer: str | os.PathLike | TextTokenizer | None = None,
+    eos_token_id: int | None = None,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool | None = None,
+) -> tuple[Mamba2Encoder, TextTokenizer | None]:
+    """The model and tokenizer of a folder, bundled name or hub id: the one loader behind
+    ``Embedder.from_pretrained`` and ``shared_embedder`` (its options are ``recemb.core.options.LOAD_OPTIONS``).
+
+    tokenizer: default the model folder's own (None if it has none); a folder, a hub id or a TextTokenizer.
+    """
+    hub = dict(revision=revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
+    folder = resolve_model_path(name_or_path, **hub)
+    model = load_encoder(folder, device=resolve_device(device), dtype=resolve_dtype(dtype))
+    if isinstance(tokenizer, TextTokenizer):
+        return model, tokenizer
+    if tokenizer is not None:
+        hub["local_files_only"] = bool(local_files_only) or hub_offline()
+        return model, TextTokenizer.load(tokenizer, eos_token_id=eos_token_id, **hub)
+    return model, TextTokenizer.from_folder(folder, eos_token_id=eos_token_id)
 
 
 def detect_format(folder: Path) -> str:
@@ -172,7 +223,7 @@ def load_encoder(
     dtype: torch.dtype | None = None,
 ) -> Mamba2Encoder:
     """Build a ``Mamba2Encoder`` from a model folder in any supported format, with the folder's calibrated
-    context-extension artifacts attached (``context_extension.json``; every calibrated method on).
+    context-extension artifacts attached (``context_extension.json``; which methods run is each caller's choice).
 
     dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
     """

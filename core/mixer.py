@@ -17,7 +17,7 @@ from recemb.core.config import Mamba2Config
 from recemb.core.context_extension import DeltaControl, apply_delta_control
 from recemb.core.state import LayerState
 from recemb.kernels import causal_conv1d, gated_rms_norm, resolve_backend, ssd_chunk_scan
-from recemb.kernels.ssd.naive import prepare_dt
+from recemb.kernels import prepare_dt
 from recemb.kernels.workspace import Workspace
 
 # SSD chunk length for the torch backend. The checkpoint's chunk_size (256) suits GPU kernels; on the CPU the
@@ -85,21 +85,24 @@ class Mamba2Mixer(nn.Module):
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.norm = GatedRMSNorm(self.d_inner, self.d_inner // self.ngroups, c.layer_norm_epsilon)
         self.out_proj = nn.Linear(self.d_inner, c.hidden_size, bias=c.use_bias)
-        self.scan_chunk_size: int | None = None  # None: the checkpoint's on Triton, TORCH_SCAN_CHUNK_SIZE on torch
 
-    def chunk_size_for(self, device: torch.device, backend: str) -> int:
-        if self.scan_chunk_size is not None:
-            return self.scan_chunk_size
+    def chunk_size_for(self, device: torch.device, backend: str, chunk_size: int | None = None) -> int:
+        """The SSD chunk length q a call runs with: ``chunk_size`` if given, else the checkpoint's on Triton and at
+        most TORCH_SCAN_CHUNK_SIZE on the torch backend."""
+        if chunk_size is not None:
+            return chunk_size
         if resolve_backend(backend, device) == "torch":
             return min(self.config.chunk_size, TORCH_SCAN_CHUNK_SIZE)
         return self.config.chunk_size
 
     def forward(
         self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
-        delta: DeltaControl | None = None, workspace: Workspace | None = None,
+        delta: DeltaControl | None = None, workspace: Workspace | None = None, chunk_size: int | None = None,
     ) -> tuple[torch.Tensor, LayerState]:
         """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence);
         delta: the context-extension Δ hook for this layer (None: the plain mixer);
+        chunk_size: the scan's chunk length q (None: ``chunk_size_for``'s default), per call so that callers
+        sharing the model may differ;
         workspace: scratch buffers reused across calls (inference on the torch backend; see
         ``recemb.kernels.workspace``); out is then a workspace buffer, valid until the next call.
 
@@ -124,8 +127,8 @@ class Mamba2Mixer(nn.Module):
             dt_bias, dt_softplus, dt_limit = None, False, (0.0, float("inf"))
         y, ssm_state = ssd_chunk_scan(
             x.reshape(b, l, h, p), dt, A, B.reshape(b, l, g, n), C.reshape(b, l, g, n),
-            self.chunk_size_for(u.device, backend), D=self.D, dt_bias=dt_bias, dt_softplus=dt_softplus,
-            dt_limit=dt_limit,
+            self.chunk_size_for(u.device, backend, chunk_size), D=self.D, dt_bias=dt_bias,
+            dt_softplus=dt_softplus, dt_limit=dt_limit,
             initial_states=None if state is None else state.ssm_state,
             return_final_states=True, backend=backend, out_dtype=torch.float32, workspace=workspace,
         )  # y (b, l, h, p) fp32, ssm_state (b, h, p, n) fp32
@@ -158,13 +161,13 @@ class Mamba2Block(nn.Module):
 
     def forward(
         self, h: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
-        delta: DeltaControl | None = None, workspace: Workspace | None = None,
+        delta: DeltaControl | None = None, workspace: Workspace | None = None, chunk_size: int | None = None,
     ) -> tuple[torch.Tensor, LayerState]:
         """h (b, l, d), the residual stream. With a ``workspace`` (inference) h is the caller's scratch too: the
         residual sum is written into it when its dtype allows."""
         residual = h.float() if self.residual_in_fp32 else h
         out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype), workspace), state, backend=backend,
-                                delta=delta, workspace=workspace)
+                                delta=delta, workspace=workspace, chunk_size=chunk_size)
         if workspace is not None and not torch.is_grad_enabled() and residual.dtype == torch.promote_types(
                 residual.dtype, out.dtype):
             return residual.add_(out), state

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from recemb.core.config import Mamba2Config
-from recemb.core.context_extension import ContextExtension, DeltaControl
+from recemb.core.context_extension import ContextExtension, DeltaControl, resolve_mode
 from recemb.core.mixer import Mamba2Block, RMSNorm
 from recemb.core.state import LayerState, ModelState
 from recemb.kernels.workspace import Workspace
@@ -23,35 +23,32 @@ class Mamba2Encoder(nn.Module):
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Mamba2Block(config) for _ in range(config.num_hidden_layers))
         self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
-        # Calibrated MambaExtend / LongMamba artifacts (loaded with the model); None or inactive: plain Mamba2.
+        # Calibrated MambaExtend / LongMamba artifacts (loaded with the model, shared by its callers); each call says
+        # which methods run (``delta_controls``). None: plain Mamba2 whatever the mode.
         self.context_extension: ContextExtension | None = None
 
     @property
     def dim(self) -> int:
         return self.config.hidden_size
 
-    def set_scan_chunk_size(self, chunk_size: int | None) -> None:
-        """SSD chunk length q for every mixer; None picks per backend (see mixer.TORCH_SCAN_CHUNK_SIZE)."""
-        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-            raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
-        for layer in self.layers:
-            layer.mixer.scan_chunk_size = chunk_size
-
-    def delta_controls(self, full_lengths: torch.Tensor) -> list[DeltaControl | None] | None:
-        """Per-layer Δ hooks for rows whose whole inputs are ``full_lengths`` (b,) tokens; None when inactive."""
-        ext = self.context_extension
-        if ext is None or not ext.active:
+    def delta_controls(self, full_lengths: torch.Tensor, context_extension: str = "auto"
+                       ) -> list[DeltaControl | None] | None:
+        """Per-layer Δ hooks for rows whose whole inputs are ``full_lengths`` (b,) tokens, under the caller's
+        context-extension mode; None for the plain model."""
+        if resolve_mode(self.context_extension, context_extension) == "off":
             return None
-        return ext.layer_controls(full_lengths, self.embeddings.weight.device)
+        return self.context_extension.layer_controls(full_lengths, self.embeddings.weight.device, context_extension)
 
     def forward_chunk(
         self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto",
         deltas: list[DeltaControl | None] | None = None, workspace: Workspace | None = None,
+        chunk_size: int | None = None,
     ) -> tuple[torch.Tensor, ModelState]:
         """Run one chunk of tokens through every layer.
 
         input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start);
         deltas: per-layer context-extension hooks (``delta_controls``), None for the plain model;
+        chunk_size: the SSD scan's chunk length q (numerics only); None: per backend (``Mamba2Mixer.chunk_size_for``);
         workspace: scratch buffers shared by the layers and reused by later chunks (inference on the CPU; see
         ``recemb.kernels.workspace``). The returned stream and states never live in it.
         Return: the residual stream after the last layer (b, l, d), before the final norm, and the new states.
@@ -60,14 +57,14 @@ class Mamba2Encoder(nn.Module):
         new_states: ModelState = []
         for i, layer in enumerate(self.layers):
             h, s = layer(h, None if states is None else states[i], backend=backend,
-                         delta=None if deltas is None else deltas[i], workspace=workspace)
+                         delta=None if deltas is None else deltas[i], workspace=workspace, chunk_size=chunk_size)
             new_states.append(s)
         return h, new_states
 
-    def forward(self, input_ids: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, backend: str = "auto", chunk_size: int | None = None) -> torch.Tensor:
         """Horizontal forward over the whole input: final-normed hidden states (b, l, d), like Mamba2Model's
         ``last_hidden_state`` for unpadded input."""
-        h, _ = self.forward_chunk(input_ids, None, backend=backend)
+        h, _ = self.forward_chunk(input_ids, None, backend=backend, chunk_size=chunk_size)
         return self.norm_f(h)
 
     def zero_states(self, batch: int, device=None, dtype=None) -> ModelState:

@@ -1,7 +1,9 @@
 """One loaded model per (model, device, dtype) per process, shared by every adapter that asks for it.
 
-A 7B checkpoint must not be loaded twice because two LangChain or LlamaIndex objects were built. The weights and
-tokenizer are shared; each caller gets its own light ``Embedder`` view with its own settings (V, batch, ...).
+A 7B checkpoint must not be loaded twice because two LangChain or LlamaIndex objects were built. The weights,
+tokenizer and calibrated artifacts are shared; each caller gets its own light ``Embedder`` with its own settings
+(V, backend, scan chunk size, truncation, context-extension mode), handed down at call time, so callers on one
+model never see each other's settings, from any thread.
 """
 
 from __future__ import annotations
@@ -11,38 +13,36 @@ import threading
 
 import torch
 
-from recemb.core.embedder import Embedder, _resolve_device, _resolve_dtype
-from recemb.core.loading import load_encoder, resolve_model_path
+from recemb.core.embedder import Embedder
+from recemb.core.loading import load_pretrained, resolve_device, resolve_dtype
 from recemb.core.model import Mamba2Encoder
+from recemb.core.options import split_options
 from recemb.core.tokenizer import TextTokenizer
 
 _LOCK = threading.Lock()
-_LOADED: dict[tuple[str, str, str], tuple[Mamba2Encoder, TextTokenizer | None]] = {}
+_LOADED: dict[tuple, tuple[Mamba2Encoder, TextTokenizer | None]] = {}
 
 
-def shared_embedder(
-    model_name_or_path: str | os.PathLike,
-    device: str | torch.device | None = None,
-    dtype: str | torch.dtype | None = None,
-    vertical_chunk_size: int | None = None,
-    backend: str = "auto",
-    max_length: int | None = None,
-    **hub,
-) -> Embedder:
+def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedder:
     """An ``Embedder`` whose model is loaded once per (model, device, dtype) in this process.
 
-    ``hub`` goes to the first load (revision, cache_dir, token, local_files_only).
+    ``options`` are ``Embedder.from_pretrained``'s (``recemb.core.options.MODEL_OPTIONS``). The load options go to
+    the first load (the revision and the tokenizer choice are part of what is shared: another value loads
+    another copy); the caller options are this Embedder's own.
     """
-    device = _resolve_device(device)
-    dtype = _resolve_dtype(dtype)
-    key = (str(model_name_or_path), str(device), str(dtype))
+    load, caller = split_options(options)
+    load["device"] = resolve_device(load.get("device"))
+    load["dtype"] = resolve_dtype(load.get("dtype"))
+    if load["dtype"] is None and load["device"].type == "cpu":
+        load["dtype"] = torch.float32  # what load_encoder picks there: one key for both spellings
+    tokenizer = load.get("tokenizer")
+    key = (str(model_name_or_path), str(load["device"]), str(load["dtype"]), load.get("revision"),
+           str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else id(tokenizer), load.get("eos_token_id"))
     with _LOCK:
         if key not in _LOADED:
-            folder = resolve_model_path(model_name_or_path, **hub)
-            _LOADED[key] = (load_encoder(folder, device=device, dtype=dtype), TextTokenizer.from_folder(folder))
-        model, tokenizer = _LOADED[key]
-    return Embedder(model, tokenizer, vertical_chunk_size=vertical_chunk_size, backend=backend,
-                    max_length=max_length, name=str(model_name_or_path))
+            _LOADED[key] = load_pretrained(model_name_or_path, **load)
+        model, tok = _LOADED[key]
+    return Embedder(model, tok, name=str(model_name_or_path), **caller)
 
 
 def clear_shared() -> None:

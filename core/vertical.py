@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import torch
 
+from recemb.core.context_extension import resolve_mode
 from recemb.core.model import Mamba2Encoder
 from recemb.kernels.workspace import Workspace
 
@@ -62,6 +63,8 @@ def encode_vertical(
     vertical_chunk_size: int | None = None,
     backend: str = "auto",
     on_tokens: Callable[[int], None] | None = None,
+    chunk_size: int | None = None,
+    context_extension: str = "auto",
 ) -> torch.Tensor:
     """Pooled last-token embeddings of a right-padded batch, computed chunk by chunk.
 
@@ -70,6 +73,8 @@ def encode_vertical(
         lengths: (b,) real lengths, each >= 1
         vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size``
         on_tokens: called with the number of real tokens consumed after every chunk (progress bars)
+        chunk_size: the SSD scan's chunk length q; None: per backend
+        context_extension: which calibrated methods run ("auto" | "off" | "mambaextend" | "longmamba" | "both")
     Return:
         (b, d) final-normed hidden state at position lengths - 1 of each row (fp32 when residual_in_fp32)
     """
@@ -91,15 +96,16 @@ def encode_vertical(
     order = torch.argsort(lengths, descending=True, stable=True)
     ids = input_ids[order.to(input_ids.device)]
     lens = lengths[order]
-    deltas = model.delta_controls(lens)  # context extension keyed by each row's whole length, not by V
+    # Context extension is keyed by each row's whole length, not by V.
+    deltas = model.delta_controls(lens, context_extension)
     with flush_denormals(input_ids.device):
-        pooled = _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens)
+        pooled = _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size)
     result = torch.empty_like(pooled)
     result[order.to(pooled.device)] = pooled
     return result
 
 
-def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens) -> torch.Tensor:
+def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size) -> torch.Tensor:
     """The chunk loop of ``encode_vertical`` over rows sorted longest first; pooled rows in that order."""
     b = ids.shape[0]
     last = lens - 1  # pooling position per row
@@ -117,8 +123,8 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens) -> torch.Ten
                 deltas = [None if d is None else d.keep_rows(still_running) for d in deltas]
             active = still_running
         end = min(start + V, int(lens[0]))
-        h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend,
-                                        deltas=deltas, workspace=workspace)  # (a, end-start, d)
+        h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend, deltas=deltas,
+                                        workspace=workspace, chunk_size=chunk_size)  # (a, end-start, d)
         rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
         if rows.numel():
             pos = (last[rows] - start).to(h.device)
@@ -133,7 +139,8 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens) -> torch.Ten
 
 
 def pool_last_token(
-    model: Mamba2Encoder, input_ids: torch.Tensor, lengths: torch.Tensor, backend: str = "auto"
+    model: Mamba2Encoder, input_ids: torch.Tensor, lengths: torch.Tensor, backend: str = "auto",
+    chunk_size: int | None = None, context_extension: str = "auto",
 ) -> torch.Tensor:
     """Differentiable twin of ``encode_vertical`` for training: one horizontal pass, autograd kept.
 
@@ -151,7 +158,8 @@ def pool_last_token(
     lengths = lengths.to(device=input_ids.device, dtype=torch.long)
     if int(lengths.min()) < 1 or int(lengths.max()) > T:
         raise ValueError(f"lengths must lie in [1, {T}]")
-    h, _ = model.forward_chunk(input_ids, None, backend=backend, deltas=model.delta_controls(lengths.cpu()))
+    h, _ = model.forward_chunk(input_ids, None, backend=backend, chunk_size=chunk_size,
+                               deltas=model.delta_controls(lengths.cpu(), context_extension))
     last = h[torch.arange(b, device=h.device), lengths - 1]  # (b, d): padding after EOS cannot reach it (causal)
     return model.norm_f(last)
 
@@ -167,20 +175,23 @@ class VerticalStream:
     Arguments:
         vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size`` for a single sequence
         total_length: the whole sequence's length in tokens. Context extension keys its Δ controls by it, so a
-            model with active context extension needs it up front (``finish`` checks it was right).
+            stream with context extension on needs it up front (``finish`` checks it was right).
+        chunk_size, context_extension: as in ``encode_vertical``
     """
 
     def __init__(self, model: Mamba2Encoder, vertical_chunk_size: int | None = None, backend: str = "auto",
-                 total_length: int | None = None):
+                 total_length: int | None = None, chunk_size: int | None = None, context_extension: str = "auto"):
         V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
             1, model.config.chunk_size)
         if V < 1:
             raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
-        if total_length is None and model.delta_controls(torch.ones(1, dtype=torch.long)) is not None:
+        if total_length is None and resolve_mode(model.context_extension, context_extension) != "off":
             raise ValueError("this model's context extension depends on the whole input length: pass "
                              "total_length (count the tokens first) or switch context extension off")
         self.model, self.V, self.backend, self.total_length = model, V, backend, total_length
-        self.deltas = None if total_length is None else model.delta_controls(torch.tensor([total_length]))
+        self.chunk_size = chunk_size
+        self.deltas = None if total_length is None else model.delta_controls(torch.tensor([total_length]),
+                                                                             context_extension)
         self.device = model.embeddings.weight.device
         self.tokens = 0  # tokens run through the model so far
         self._pending: list[torch.Tensor] = []  # ids not yet run, fewer than V in total between calls
@@ -221,6 +232,7 @@ class VerticalStream:
         with flush_denormals(self.device):
             h, self._states = self.model.forward_chunk(chunk.to(self.device)[None], self._states,
                                                        backend=self.backend, deltas=self.deltas,
-                                                       workspace=self._workspace)  # (1, l, d)
+                                                       workspace=self._workspace,
+                                                       chunk_size=self.chunk_size)  # (1, l, d)
         self._last_h = h[:, -1].clone()  # h may live in the workspace, which the next chunk overwrites
         self.tokens += chunk.numel()

@@ -16,13 +16,14 @@ _embeddings = require("langchain_core.embeddings", "langchain")
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402 (langchain-core depends on pydantic 2)
 
 from recemb.core import Embedder, shared_embedder  # noqa: E402
-from recemb_integrations._options import ENCODE_KWARGS, MODEL_KWARGS, check_options  # noqa: E402
+from recemb.core.options import ENCODE_OPTIONS, MODEL_OPTIONS, check_options  # noqa: E402
 
 
 class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     """recemb text embeddings for LangChain (vector stores, retrievers).
 
-    The model is loaded once per (model, device, dtype) in the process and shared by every instance.
+    The model is loaded once per (model, device, dtype) in the process and shared by every instance; each
+    instance keeps its own settings.
 
     Example:
         .. code-block:: python
@@ -35,7 +36,8 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     model_name: str
     """Model folder or Hugging Face id (any format ``Embedder.from_pretrained`` reads)."""
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Loading options: device, dtype, vertical_chunk_size, backend, max_length, and hub options."""
+    """``Embedder.from_pretrained``'s options (``recemb.core.options.MODEL_OPTIONS``): device, dtype, tokenizer,
+    hub options, and this instance's own vertical_chunk_size, backend, chunk_size, max_length, context_extension."""
     encode_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Encoding options: batch_size, show_progress_bar, vertical_chunk_size, max_length."""
     query_instruction: str | None = None
@@ -46,8 +48,8 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     _embedder: Embedder = PrivateAttr()
 
     def model_post_init(self, __context: Any) -> None:
-        check_options("model_kwargs", self.model_kwargs, MODEL_KWARGS)
-        check_options("encode_kwargs", self.encode_kwargs, ENCODE_KWARGS)
+        check_options("model_kwargs", self.model_kwargs, MODEL_OPTIONS)
+        check_options("encode_kwargs", self.encode_kwargs, ENCODE_OPTIONS)
         self._embedder = shared_embedder(self.model_name, **self.model_kwargs)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -19,7 +19,7 @@ _base = require("llama_index.core.base.embeddings.base", "llama-index")
 _pydantic = require("llama_index.core.bridge.pydantic", "llama-index")
 
 from recemb.core import Embedder, shared_embedder  # noqa: E402
-from recemb_integrations._options import MODEL_KWARGS, check_options  # noqa: E402
+from recemb.core.options import MODEL_OPTIONS, check_options  # noqa: E402
 
 
 class RecEmbEmbedding(_base.BaseEmbedding):
@@ -27,7 +27,8 @@ class RecEmbEmbedding(_base.BaseEmbedding):
 
     Args:
         model_name: model folder or Hugging Face id.
-        model_kwargs: device, dtype, vertical_chunk_size, backend, max_length, hub options.
+        model_kwargs: ``Embedder.from_pretrained``'s options (``recemb.core.options.MODEL_OPTIONS``); the model is
+            shared by every instance, the settings (V, backend, chunk_size, max_length, context_extension) are not.
         query_instruction: instruction or E5 task name for queries; None: the web-search default.
         embed_batch_size: texts per ``_get_text_embeddings`` call (LlamaIndex batches nodes by it).
 
@@ -43,7 +44,7 @@ class RecEmbEmbedding(_base.BaseEmbedding):
 
     def __init__(self, model_name: str, **kwargs: Any):
         super().__init__(model_name=model_name, **kwargs)
-        check_options("model_kwargs", self.model_kwargs, MODEL_KWARGS)
+        check_options("model_kwargs", self.model_kwargs, MODEL_OPTIONS)
         self._embedder = shared_embedder(model_name, **self.model_kwargs)
 
     @classmethod

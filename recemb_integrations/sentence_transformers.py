@@ -22,8 +22,15 @@ from recemb_integrations._imports import require
 _st_modules = require("sentence_transformers.base.modules", "sentence-transformers")
 
 from recemb.core import Embedder, save_encoder  # noqa: E402
+from recemb.core.loading import hub_offline  # noqa: E402
+from recemb.core.options import HUB_OPTIONS, MODEL_OPTIONS  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
-from recemb.core.vertical import encode_vertical, pad_right, pool_last_token  # noqa: E402
+from recemb.core.vertical import pad_right  # noqa: E402
+
+# model_kwargs: from_pretrained's options except the hub ones, which sentence-transformers passes itself; plus
+# transformers' spelling torch_dtype. (sentence-transformers' own ``backend`` kwarg is its inference framework; ours
+# travels in model_kwargs.)
+MODULE_MODEL_KWARGS = tuple(k for k in MODEL_OPTIONS if k not in HUB_OPTIONS) + ("torch_dtype",)
 
 CONFIG_FILE = "recemb_config.json"  # never config.json: that name is transformers' Mamba2 config in the same folder
 
@@ -68,16 +75,15 @@ class RecEmbModule(_st_modules.InputModule):
 
     def forward(self, features: dict[str, torch.Tensor], vertical_chunk_size: int | None = None, **kwargs):
         lengths = features["attention_mask"].sum(dim=1)
-        if self.training:  # training: one horizontal pass that autograd can go through (encode() sets eval)
-            pooled = pool_last_token(self.encoder, features["input_ids"], lengths, backend=self.embedder.backend)
-        else:
-            V = vertical_chunk_size or self.vertical_chunk_size
-            pooled = encode_vertical(self.encoder, features["input_ids"], lengths, V, backend=self.embedder.backend)
+        # training: one horizontal pass that autograd can go through (encode() sets eval)
+        pooled = self.embedder.embed_padded(features["input_ids"], lengths,
+                                            vertical_chunk_size or self.vertical_chunk_size,
+                                            differentiable=self.training)
         features["sentence_embedding"] = pooled.float()
         return features
 
     def set_context_extension(self, mode: str) -> None:
-        """MambaExtend / LongMamba switch for the calibrated artifacts in the model folder."""
+        """MambaExtend / LongMamba switch for the calibrated artifacts in the model folder (this module's own)."""
         self.embedder.set_context_extension(mode)
 
     def get_embedding_dimension(self) -> int:
@@ -103,26 +109,24 @@ class RecEmbModule(_st_modules.InputModule):
         model_kwargs: dict[str, Any] | None = None,
         **kwargs,
     ) -> "RecEmbModule":
-        """``model_kwargs`` may hold ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan:
-        "auto" | "torch" | "triton"), ``chunk_size`` and ``context_extension`` ("auto" | "off" | "mambaextend" |
-        "longmamba" | "both", see ``Embedder.set_context_extension``); sentence-transformers' own ``backend`` kwarg is its
-        inference framework and is not ours."""
+        """``model_kwargs`` takes ``Embedder.from_pretrained``'s options but the hub ones (``MODULE_MODEL_KWARGS``):
+        ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan: "auto" | "torch" | "triton"), ``chunk_size``,
+        ``context_extension`` ("auto" | "off" | "mambaextend" | "longmamba" | "both", see
+        ``Embedder.set_context_extension``), ... sentence-transformers' own ``backend`` kwarg is its inference
+        framework and is not ours."""
+        # Offline, the cache is asked directly: asking the hub first logs "Could not reach the Hub" per lookup.
         hub = dict(subfolder=subfolder, token=token, cache_folder=cache_folder, revision=revision,
-                   local_files_only=local_files_only)
+                   local_files_only=local_files_only or hub_offline())
         folder = cls.load_dir_path(model_name_or_path, **hub)
         config = cls.load_config(model_name_or_path, **hub)
         mk = dict(model_kwargs or {})
-        embedder = Embedder.from_pretrained(
-            folder,
-            device=mk.pop("device", None),
-            dtype=mk.pop("dtype", mk.pop("torch_dtype", None)),
-            backend=mk.pop("backend", "auto"),
-            chunk_size=mk.pop("chunk_size", None),
-            context_extension=mk.pop("context_extension", "auto"),
-        )
+        unknown = sorted(set(mk) - set(MODULE_MODEL_KWARGS))
+        if unknown:
+            raise TypeError(f"unknown model_kwargs for RecEmbModule: {unknown}; allowed: {sorted(MODULE_MODEL_KWARGS)}")
+        if "torch_dtype" in mk:
+            mk.setdefault("dtype", mk.pop("torch_dtype"))
+        embedder = Embedder.from_pretrained(folder, **mk)
         embedder.name = str(model_name_or_path)
-        if mk:
-            raise TypeError(f"unknown model_kwargs for RecEmbModule: {sorted(mk)}")
         return cls(embedder, **{k: config.get(k) for k in cls.config_keys})
 
 

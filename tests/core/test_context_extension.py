@@ -1,6 +1,7 @@
 """MambaExtend Δ scaling and LongMamba filtering: exact semantics, identity when off, V/backend independence,
 artifacts that round-trip, and calibration that does what it says."""
 
+import numpy as np
 import pytest
 import torch
 from recemb.core import Embedder
@@ -10,7 +11,14 @@ from recemb.core.calibration import (
     calibrate_mambaextend,
     record_delta,
 )
-from recemb.core.context_extension import ARTIFACT_FILE, ContextExtension, DeltaControl, apply_delta_control
+from recemb.core.context_extension import (
+    ARTIFACT_FILE,
+    MODES,
+    ContextExtension,
+    DeltaControl,
+    apply_delta_control,
+    resolve_mode,
+)
 from recemb.core.loading import load_encoder
 from recemb.core.vertical import encode_vertical, pool_last_token
 from recemb.kernels import ssd_chunk_scan
@@ -71,7 +79,13 @@ def test_delta_control_scales_then_filters_global_heads_strictly():
 
 @pytest.fixture()
 def model(tiny_folder):
-    return load_encoder(tiny_folder, device="cpu", dtype=torch.float32)
+    encoder = load_encoder(tiny_folder, device="cpu", dtype=torch.float32)
+    encoder.folder = tiny_folder  # for tests that need its tokenizer
+    return encoder
+
+
+def model_folder(encoder):
+    return encoder.folder
 
 
 def extension(scale=True, filter=True, train_length=8, global_heads=None):
@@ -97,33 +111,62 @@ def test_off_and_unit_scale_are_the_identity(model, batch):
     ids, lengths = batch
     plain = encode_vertical(model, ids, lengths, 16, backend="torch")
     model.context_extension = extension()
-    model.context_extension.set_mode("off")
-    assert torch.equal(encode_vertical(model, ids, lengths, 16, backend="torch"), plain)
-    model.context_extension = ContextExtension(delta_scale=[1.0, 1.0])
-    assert model.context_extension.active
+    assert torch.equal(encode_vertical(model, ids, lengths, 16, backend="torch", context_extension="off"), plain)
+    model.context_extension = ContextExtension(delta_scale=[1.0, 1.0], min_length=1)
+    assert resolve_mode(model.context_extension, "auto") == "mambaextend"
+    assert model.delta_controls(lengths) is not None  # the hooked path runs, and multiplies by 1 exactly
     assert torch.equal(encode_vertical(model, ids, lengths, 16, backend="torch"), plain)
 
 
 @pytest.mark.parametrize("mode", ["mambaextend", "longmamba", "both"])
 def test_each_method_changes_results_and_does_not_depend_on_V(model, batch, mode):
     ids, lengths = batch
-    plain = encode_vertical(model, ids, lengths, 16, backend="torch")
     model.context_extension = extension()
-    model.context_extension.set_mode(mode)
-    horizontal = encode_vertical(model, ids, lengths, 1000, backend="torch")
+    plain = encode_vertical(model, ids, lengths, 1000, backend="torch", context_extension="off")
+    horizontal = encode_vertical(model, ids, lengths, 1000, backend="torch", context_extension=mode)
     changed = (horizontal - plain).norm(dim=-1) > 1e-4
-    if mode == "longmamba":  # rows shorter than min_length = 12 are untouched
-        assert changed.tolist() == [True, True, False, True]
-    else:
-        assert changed.all()
+    assert changed.tolist() == [True, True, False, True]  # the row shorter than min_length = 12 is untouched...
+    assert torch.equal(horizontal[2], plain[2])  # ...to the bit, though its batch runs the hooked path
     for V in (1, 5, 16, 64):
-        assert_close(f"{mode} V={V}", horizontal, encode_vertical(model, ids, lengths, V, backend="torch"), 1e-5)
-    # Each row alone gives the same result: thresholds follow the row's own whole length.
+        got = encode_vertical(model, ids, lengths, V, backend="torch", context_extension=mode)
+        assert_close(f"{mode} V={V}", horizontal, got, 1e-5)
+    # Each row alone gives the same result: scales and thresholds follow the row's own whole length.
     for i in range(4):
         n = int(lengths[i])
-        alone = encode_vertical(model, ids[i:i + 1, :n], lengths[i:i + 1], 7, backend="torch")
+        alone = encode_vertical(model, ids[i:i + 1, :n], lengths[i:i + 1], 7, backend="torch", context_extension=mode)
         assert_close(f"{mode} row {i}", horizontal[i:i + 1], alone, 1e-5)
-    assert_close(f"{mode} differentiable path", horizontal, pool_last_token(model, ids, lengths, "torch"), 1e-5)
+    differentiable = pool_last_token(model, ids, lengths, "torch", context_extension=mode)
+    assert_close(f"{mode} differentiable path", horizontal, differentiable, 1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_inputs_below_min_length_are_the_plain_model_in_every_mode(model, mode):
+    """MambaExtend and LongMamba act from min_length on (the whole input's length); shorter inputs, alone or
+    batched with long ones, at any V, are embedded exactly as without context extension."""
+    model.context_extension = extension()  # min_length 12
+    torch.manual_seed(5)
+    lengths = torch.tensor([11, 3, 12, 1, 40, 7])
+    ids = torch.randint(3, 300, (6, 40))
+    short = lengths < 12
+    for V in (1, 4, 11, 1000):
+        plain = encode_vertical(model, ids, lengths, V, backend="torch", context_extension="off")
+        got = encode_vertical(model, ids, lengths, V, backend="torch", context_extension=mode)
+        assert torch.equal(got[short], plain[short]), (mode, V)
+        if resolve_mode(model.context_extension, mode) != "off":
+            assert ((got[~short] - plain[~short]).norm(dim=-1) > 1e-4).all(), (mode, V)  # 12 and 40 do change
+        # A batch of short rows only (other shapes round differently, so it has its own plain result).
+        only_short = [encode_vertical(model, ids[short][:, :11], lengths[short], V, backend="torch",
+                                      context_extension=m) for m in ("off", mode)]
+        assert torch.equal(only_short[1], only_short[0]), (mode, V)
+        assert model.delta_controls(lengths[short], mode) is None  # not even the hooked path
+    # The same through the Embedder's text API: a short text's embedding does not depend on the mode.
+    from recemb.core import TextTokenizer
+
+    tok = TextTokenizer.from_folder(model_folder(model))
+    texts = ["state", "x", ""]
+    assert all(len(t) < 12 for t in tok.encode(texts))
+    off = Embedder(model, tok, context_extension="off").encode(texts)
+    assert np.array_equal(Embedder(model, tok, context_extension=mode).encode(texts), off)
 
 
 def test_filter_equals_the_skip_loop_inside_the_model(model):
@@ -187,14 +230,13 @@ def test_artifacts_round_trip_and_switch(tiny_folder, tmp_path, batch):
     loaded = emb.model.context_extension
     assert loaded.delta_scale == ext.delta_scale and loaded.global_heads == ext.global_heads
     assert loaded.thresholds == ext.thresholds
-    with_ext = encode_vertical(emb.model, ids, lengths, 16, backend="torch")
+    with_ext = emb.embed_padded(ids, lengths, 16)
     emb.set_context_extension("off")
     assert emb.context_extension == "off"
     plain = Embedder.from_pretrained(tiny_folder, device="cpu", backend="torch")
-    assert torch.equal(encode_vertical(emb.model, ids, lengths, 16, "torch"),
-                       encode_vertical(plain.model, ids, lengths, 16, "torch"))
+    assert torch.equal(emb.embed_padded(ids, lengths, 16), plain.embed_padded(ids, lengths, 16))
     emb.set_context_extension("both")
-    assert torch.equal(encode_vertical(emb.model, ids, lengths, 16, "torch"), with_ext)
+    assert torch.equal(emb.embed_padded(ids, lengths, 16), with_ext)
     off = Embedder.from_pretrained(folder, device="cpu", backend="torch", context_extension="off")
     assert off.context_extension == "off"
     with pytest.raises(ValueError, match="not calibrated"):

@@ -48,10 +48,10 @@ def test_vertical_chunk_size_per_call_and_default(tiny_embedder):
 def test_scan_chunk_size_changes_only_rounding(tiny_embedder):
     base = torch.from_numpy(tiny_embedder.encode(TEXTS))
     other = Embedder(tiny_embedder.model, tiny_embedder.tokenizer, chunk_size=3)
-    try:
-        assert_close("chunk_size=3", base, torch.from_numpy(other.encode(TEXTS)), 1e-5)
-    finally:
-        tiny_embedder.model.set_scan_chunk_size(None)
+    assert_close("chunk_size=3", base, torch.from_numpy(other.encode(TEXTS)), 1e-5)
+    # The setting is the other Embedder's own: the shared model, and so this one, are unchanged.
+    assert np.array_equal(tiny_embedder.encode(TEXTS), base.numpy())
+    assert not np.array_equal(other.encode(TEXTS), base.numpy())  # q = 3 does round differently
 
 
 def test_eos_is_appended_once_and_bos_kept(tiny_embedder):

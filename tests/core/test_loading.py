@@ -1,6 +1,7 @@
 """Every supported checkpoint format loads to the same model; broken folders fail with clear errors."""
 
 import json
+import logging
 import shutil
 
 import pytest
@@ -87,7 +88,7 @@ def test_default_dtype_is_fp32_on_cpu(tmp_path):
     assert load_encoder(folder, torch.device("cpu")).embeddings.weight.dtype == torch.float32
 
 
-def test_hub_id_resolves_through_offline_cache(tmp_path, monkeypatch):
+def test_hub_id_resolves_through_offline_cache(tmp_path, monkeypatch, caplog):
     ref = transformers_model("g1")
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--recemb-test--tiny-mamba2"
@@ -95,7 +96,11 @@ def test_hub_id_resolves_through_offline_cache(tmp_path, monkeypatch):
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    emb = Embedder.from_pretrained("recemb-test/tiny-mamba2", device="cpu", cache_dir=tmp_path / "hub")
+    with caplog.at_level(logging.WARNING):
+        emb = Embedder.from_pretrained("recemb-test/tiny-mamba2", device="cpu", cache_dir=tmp_path / "hub",
+                                       tokenizer="recemb-test/tiny-mamba2")  # the tokenizer by id, too
+    # Offline is not an error: nothing says "Could not reach the Hub" (the cache is asked directly).
+    assert not [r for r in caplog.records if "reach the Hub" in r.getMessage()], caplog.text
     local = Embedder.from_pretrained(snapshot, device="cpu")
     assert emb.tokenizer is not None
     assert_close("hub == local", torch.from_numpy(local.encode(["x y z"])), torch.from_numpy(emb.encode(["x y z"])),

@@ -52,12 +52,9 @@ def test_padding_content_and_width_do_not_matter(model, batch):
 def test_chunk_size_changes_only_rounding(model, batch):
     ids, lengths = batch
     base = encode_vertical(model, ids, lengths, 32, backend="torch")
-    try:
-        for q in (1, 3, 8, 64, 256):
-            model.set_scan_chunk_size(q)
-            assert_close(f"chunk_size={q}", base, encode_vertical(model, ids, lengths, 32, backend="torch"), 1e-5)
-    finally:
-        model.set_scan_chunk_size(None)
+    for q in (1, 3, 8, 64, 256):
+        assert_close(f"chunk_size={q}", base, encode_vertical(model, ids, lengths, 32, backend="torch", chunk_size=q),
+                     1e-5)
 
 
 def test_bad_lengths_are_rejected(model):
