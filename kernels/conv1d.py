@@ -1,5 +1,9 @@
 """Causal depthwise conv1d with a carried state (the short convolution over xBC in a Mamba2 mixer).
 
+Production paths: ``causal_conv1d_torch`` here (the CPU path) and ``causal_conv1d_triton``
+(``conv1d_triton.py``, CUDA), behind the dispatcher ``causal_conv1d``. Reference:
+``recemb.kernels.reference.causal_conv1d_ref``.
+
 Shapes: x (b, l, d) channels last, as ``in_proj`` produces it; weight (d, k); bias (d,);
 conv_state (b, d, k): the last k raw inputs seen, oldest first (transformers' and mamba_ssm's layout; only the
 last k-1 columns enter the next convolution).
@@ -14,7 +18,7 @@ from recemb.kernels._backend import resolve_backend
 from recemb.kernels.workspace import Workspace, scratch
 
 
-def causal_conv1d_ref(
+def causal_conv1d_torch(
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
@@ -22,7 +26,8 @@ def causal_conv1d_ref(
     activation: str | None = "silu",
     workspace: Workspace | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pure-torch causal depthwise convolution; the state replaces transformers' zero left padding.
+    """The torch path of ``causal_conv1d`` (CPU production): ``causal_conv1d_ref`` computed for speed; the
+    state replaces transformers' zero left padding.
 
     Arguments:
         x: (b, l, d)
@@ -89,10 +94,10 @@ def causal_conv1d(
     backend: str = "auto",
     workspace: Workspace | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal depthwise conv1d with carried state; see ``causal_conv1d_ref`` for shapes (``workspace``: torch
-    backend only)."""
+    """Causal depthwise conv1d with carried state; see ``causal_conv1d_torch`` for shapes (``workspace``:
+    torch backend only)."""
     if resolve_backend(backend, x.device) == "triton":
         from recemb.kernels.conv1d_triton import causal_conv1d_triton
 
         return causal_conv1d_triton(x, weight, bias, conv_state, activation)
-    return causal_conv1d_ref(x, weight, bias, conv_state, activation, workspace=workspace)
+    return causal_conv1d_torch(x, weight, bias, conv_state, activation, workspace=workspace)

@@ -1,4 +1,4 @@
-"""Triton causal depthwise conv1d with a carried state (semantics of ``conv1d.causal_conv1d_ref``).
+"""Triton causal depthwise conv1d, carried state; reference: ``recemb.kernels.reference.causal_conv1d_ref``.
 
 With ``full = cat(conv_state, xᵀ)`` along time (length k + l, the state's k columns first, oldest first):
 

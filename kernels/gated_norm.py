@@ -2,6 +2,10 @@
 
 Normalisation runs over groups of ``group_size`` channels (d / n_groups), not over all d channels, as in
 mamba_ssm's ``RMSNormGated(group_size=d_ssm // ngroups)`` and transformers' ``MambaRMSNormGated``.
+
+Production paths: ``gated_rms_norm_torch`` here (the CPU path) and ``gated_rms_norm_triton``
+(``gated_norm_triton.py``, CUDA), behind the dispatcher ``gated_rms_norm``. Reference:
+``recemb.kernels.reference.gated_rms_norm_ref``.
 """
 
 from __future__ import annotations
@@ -17,33 +21,6 @@ def _check_group_size(d: int, group_size: int) -> None:
         raise ValueError(f"channels {d} are not a multiple of group_size {group_size}")
 
 
-def gated_rms_norm_ref(
-    y: torch.Tensor,
-    z: torch.Tensor | None,
-    weight: torch.Tensor,
-    group_size: int,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """Pure-torch gated RMSNorm, numerically the same sequence of casts as transformers' MambaRMSNormGated.
-
-    Arguments:
-        y: (..., d)
-        z: (..., d) or None
-        weight: (d,)
-    Return:
-        (..., d) in the dtype of ``weight * y`` (y is computed in fp32 and cast back to y.dtype before the weight)
-    """
-    in_dtype = y.dtype
-    h = y.float()
-    if z is not None:
-        h = h * F.silu(z.float())
-    *prefix, d = h.shape
-    _check_group_size(d, group_size)
-    hg = h.view(*prefix, d // group_size, group_size)
-    hg = hg * torch.rsqrt(hg.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * hg.view(*prefix, d).to(in_dtype)
-
-
 def gated_rms_norm(
     y: torch.Tensor,
     z: torch.Tensor | None,
@@ -53,19 +30,17 @@ def gated_rms_norm(
     backend: str = "auto",
     inplace: bool = False,
 ) -> torch.Tensor:
-    """Gated RMSNorm per group; see ``gated_rms_norm_ref``. ``inplace``: y and z are scratch the caller gives up,
-    so the torch inference path may write the result into y and overwrite z (no new chunk-sized buffer)."""
+    """Gated RMSNorm per group; see ``gated_rms_norm_torch``. ``inplace``: y and z are scratch the caller
+    gives up, so the torch inference path may write the result into y and overwrite z (no new chunk-sized
+    buffer)."""
     if resolve_backend(backend, y.device) == "triton":
         from recemb.kernels.gated_norm_triton import gated_rms_norm_triton
 
         return gated_rms_norm_triton(y, z, weight, group_size, eps)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (y, z, weight))
-    if needs_grad or y.dtype != torch.float32 or weight.dtype != torch.float32:
-        return gated_rms_norm_ref(y, z, weight, group_size, eps)
-    return gated_rms_norm_inference(y, z, weight, group_size, eps, inplace=inplace)
+    return gated_rms_norm_torch(y, z, weight, group_size, eps, inplace=inplace)
 
 
-def gated_rms_norm_inference(
+def gated_rms_norm_torch(
     y: torch.Tensor,
     z: torch.Tensor | None,
     weight: torch.Tensor,
@@ -73,12 +48,46 @@ def gated_rms_norm_inference(
     eps: float = 1e-5,
     inplace: bool = False,
 ) -> torch.Tensor:
-    """``gated_rms_norm_ref`` for fp32 y and weight without autograd, in three passes over (..., d) instead of
-    seven: one buffer, updated in place, and a sum of squares without a squared copy. Equal to the reference up to
-    rounding (tested); the CPU encoder spends ~10% of its time here otherwise. ``inplace``: that buffer is y
-    itself, and silu(z) is taken in z's memory."""
+    """The torch path of ``gated_rms_norm`` (CPU production).
+
+    Under autograd, or for inputs other than fp32, transformers' MambaRMSNormGated sequence of casts (the
+    reference's formula). Otherwise ``_gated_rms_norm_inference``: fp32 in place, equal up to rounding.
+
+    Arguments:
+        y: (..., d)
+        z: (..., d) or None
+        weight: (d,)
+        inplace: y and z are scratch the caller gives up (fp32 path only: the result may be y's memory, z is
+            overwritten)
+    Return:
+        (..., d) in the dtype of ``weight * y`` (computed in fp32, cast back to y.dtype before the weight)
+    """
     *prefix, d = y.shape
     _check_group_size(d, group_size)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (y, z, weight))
+    if not needs_grad and y.dtype == torch.float32 and weight.dtype == torch.float32:
+        return _gated_rms_norm_inference(y, z, weight, group_size, eps, inplace=inplace)
+    h = y.float()
+    if z is not None:
+        h = h * F.silu(z.float())
+    hg = h.view(*prefix, d // group_size, group_size)
+    hg = hg * torch.rsqrt(hg.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * hg.view(*prefix, d).to(y.dtype)
+
+
+def _gated_rms_norm_inference(
+    y: torch.Tensor,
+    z: torch.Tensor | None,
+    weight: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-5,
+    inplace: bool = False,
+) -> torch.Tensor:
+    """``gated_rms_norm_torch`` for fp32 y and weight without autograd, in three passes over (..., d)
+    instead of seven: one buffer, updated in place, and a sum of squares without a squared copy. Equal to the
+    reference up to rounding (tested); the CPU encoder spends ~10% of its time here otherwise. ``inplace``:
+    that buffer is y itself, and silu(z) is taken in z's memory."""
+    *prefix, d = y.shape
     if inplace and y.is_contiguous():
         h = y.mul_(F.silu(z.float(), inplace=True)) if z is not None else y
     else:

@@ -1,4 +1,4 @@
-"""Triton gated RMSNorm per group; semantics of ``recemb.kernels.gated_norm.gated_rms_norm_ref``.
+"""Triton gated RMSNorm per group; reference: ``recemb.kernels.reference.gated_rms_norm_ref``.
 
 For each row and each group of ``group_size`` channels:
 

@@ -4,14 +4,14 @@
 
 Positions past the end of the sequence read as zeros, so the padded rows and columns of the last chunk are 0.
 With ``causal=True`` the strictly upper triangle (j > i, which the scan never reads) is 0 and its tiles cost
-no matmul. Follows mamba_ssm's ``_bmm_chunk_fwd`` (``mamba_ssm/ops/triton/ssd_bmm.py``). Shapes: see
-``recemb.kernels.ssd.naive``.
+no matmul. Follows mamba_ssm's ``_bmm_chunk_fwd`` (``mamba_ssm/ops/triton/ssd_bmm.py``).
+
+Reference: ``recemb.kernels.ssd.reference.bmm_chunk_ref`` (pure torch; its module has the shape glossary).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -166,27 +166,3 @@ def bmm_chunk(a: torch.Tensor, b: torch.Tensor, chunk_size: int, causal: bool = 
         out: (batch, nchunks, ngroups, chunk_size, chunk_size) fp32
     """
     return _bmm_chunk_fwd(a, b, chunk_size, causal)
-
-
-def bmm_chunk_ref(a: torch.Tensor, b: torch.Tensor, chunk_size: int, causal: bool = False) -> torch.Tensor:
-    """
-    Arguments:
-        a: (batch, seqlen, ngroups, k)   C for the scan
-        b: (batch, seqlen, ngroups, k)   B for the scan
-        causal: zero the strictly upper triangle (j > i)
-    Return:
-        out: (batch, nchunks, ngroups, chunk_size, chunk_size) fp32 (fp64 for fp64 input)
-    """
-    batch, seqlen, ngroups, k = a.shape
-    nchunks = cdiv(seqlen, chunk_size)
-    cdt = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
-    pad = nchunks * chunk_size - seqlen
-
-    def chunks(t: torch.Tensor) -> torch.Tensor:  # (b, l, g, k) -> (b, c, g, q, k)
-        t = F.pad(t.to(cdt), (0, 0, 0, 0, 0, pad))
-        return t.view(batch, nchunks, chunk_size, ngroups, k).transpose(2, 3)
-
-    out = chunks(a) @ chunks(b).transpose(-1, -2)  # (b, c, g, q, q)
-    if causal:
-        out = out.tril()
-    return out

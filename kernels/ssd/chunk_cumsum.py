@@ -5,13 +5,14 @@
 
 Padded positions of the last chunk get ``dt_out = 0``: no decay and no input, so ``dA_cumsum`` stays flat
 there and ``dA_cumsum[..., -1]`` is the log-decay of the whole (possibly short) chunk. Follows mamba_ssm's
-``_chunk_cumsum_fwd`` (``mamba_ssm/ops/triton/ssd_chunk_state.py``). Shapes: see ``recemb.kernels.ssd.naive``.
+``_chunk_cumsum_fwd`` (``mamba_ssm/ops/triton/ssd_chunk_state.py``).
+
+Reference: ``recemb.kernels.ssd.reference.chunk_cumsum_ref`` (pure torch; its module has the shape glossary).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -25,7 +26,6 @@ from recemb.kernels._triton_utils import (
     pick_configs,
     softplus,
 )
-from recemb.kernels.ssd.naive import prepare_dt
 
 _CONFIGS = pick_configs(
     [triton.Config({"BLOCK_SIZE_H": bh}, num_warps=4) for bh in (1, 2, 4, 8, 16, 32)],
@@ -175,29 +175,3 @@ def chunk_cumsum(
         dt_out: (batch, nheads, nchunks, chunk_size) fp32, zero past the end of the sequence
     """
     return _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)
-
-
-def chunk_cumsum_ref(
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    chunk_size: int,
-    dt_bias: torch.Tensor | None = None,
-    dt_softplus: bool = False,
-    dt_limit: tuple[float, float] = (0.0, float("inf")),
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """
-    Arguments:
-        dt: (batch, seqlen, nheads) raw steps
-        A: (nheads,)
-        dt_bias: (nheads,) or None
-    Return:
-        dA_cumsum: (batch, nheads, nchunks, chunk_size) fp32 (fp64 for fp64 input)
-        dt_out: (batch, nheads, nchunks, chunk_size) fp32 (fp64 for fp64 input), zero past the end
-    """
-    batch, seqlen, nheads = dt.shape
-    nchunks = cdiv(seqlen, chunk_size)
-    dt = prepare_dt(dt, dt_bias, dt_softplus, dt_limit)  # (b, l, h)
-    dt = F.pad(dt, (0, 0, 0, nchunks * chunk_size - seqlen))  # (b, c*q, h), zero steps on the padded tail
-    dt_out = dt.view(batch, nchunks, chunk_size, nheads).permute(0, 3, 1, 2)  # (b, h, c, q)
-    dA_cumsum = torch.cumsum(dt_out * A.to(dt.dtype)[:, None, None], dim=-1)  # (b, h, c, q)
-    return dA_cumsum, dt_out.contiguous()

@@ -7,13 +7,14 @@
     y *= silu(z)                                                         (optional gate)
 
 (dA_cs and dt of head h and chunk c.) Steps 1 and 4 of Listing 1 in Dao & Gu 2024; follows mamba_ssm's
-``_chunk_scan_fwd`` (``mamba_ssm/ops/triton/ssd_chunk_scan.py``). Shapes: see ``recemb.kernels.ssd.naive``.
+``_chunk_scan_fwd`` (``mamba_ssm/ops/triton/ssd_chunk_scan.py``).
+
+Reference: ``recemb.kernels.ssd.reference.chunk_scan_ref`` (pure torch; its module has the shape glossary).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -294,57 +295,3 @@ def chunk_scan(
         out: (batch, seqlen, nheads, headdim) in out_dtype (default x.dtype)
     """
     return _chunk_scan_fwd(CB, x, dt, dA_cumsum, C, states, D, z, out_dtype)
-
-
-def chunk_scan_ref(
-    CB: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    dA_cumsum: torch.Tensor,
-    C: torch.Tensor,
-    states: torch.Tensor,
-    D: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """
-    Arguments:
-        CB: (batch, nchunks, ngroups, chunk_size, chunk_size) C·Bᵀ per chunk (only j <= i is read)
-        x: (batch, seqlen, nheads, headdim)
-        dt: (batch, nheads, nchunks, chunk_size) effective steps
-        dA_cumsum: (batch, nheads, nchunks, chunk_size)
-        C: (batch, seqlen, ngroups, dstate)
-        states: (batch, nchunks, nheads, headdim, dstate) the state entering each chunk
-        D: (nheads,) or None
-        z: (batch, seqlen, nheads, headdim) or None
-    Return:
-        out: (batch, seqlen, nheads, headdim) in out_dtype (default x.dtype)
-    """
-    batch, seqlen, nheads, hdim = x.shape
-    _, nchunks, ngroups, chunk_size, _ = CB.shape
-    dstate = C.shape[-1]
-    heads_per_group = nheads // ngroups
-    cdt = torch.promote_types(x.dtype, torch.float32)
-    pad = nchunks * chunk_size - seqlen
-    x_raw = x.to(cdt)
-    xc = F.pad(x_raw, (0, 0, 0, 0, 0, pad)).view(batch, nchunks, chunk_size, nheads, hdim)  # (b, c, j, h, p)
-    Cc = F.pad(C.to(cdt), (0, 0, 0, 0, 0, pad)).view(batch, nchunks, chunk_size, ngroups, dstate)
-    Cc = Cc.repeat_interleave(heads_per_group, dim=3)  # (b, c, i, h, n)
-    CBh = CB.to(cdt).repeat_interleave(heads_per_group, dim=2)  # (b, c, h, i, j)
-    dA_cumsum, dt = dA_cumsum.to(cdt).transpose(1, 2), dt.to(cdt).transpose(1, 2)  # (b, c, h, q)
-
-    # 1. Intra-chunk (diagonal blocks).
-    causal = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=x.device).tril()
-    seg = dA_cumsum[..., :, None] - dA_cumsum[..., None, :]  # (b, c, h, i, j)
-    seg = seg.masked_fill(~causal, float("-inf"))
-    M = CBh * torch.exp(seg) * dt[..., None, :]  # (b, c, h, i, j)
-    y = torch.einsum("bchij,bcjhp->bcihp", M, xc)  # (b, c, i, h, p)
-    # 4. State entering the chunk -> outputs.
-    y_off = torch.einsum("bcihn,bchpn->bcihp", Cc, states.to(cdt))  # (b, c, i, h, p)
-    y = y + y_off * torch.exp(dA_cumsum).transpose(2, 3)[..., None]
-    y = y.reshape(batch, nchunks * chunk_size, nheads, hdim)[:, :seqlen]  # (b, l, h, p)
-    if D is not None:
-        y = y + D.to(cdt)[:, None] * x_raw
-    if z is not None:
-        y = y * F.silu(z.to(cdt))
-    return y.to(out_dtype or x.dtype)

@@ -5,13 +5,14 @@
 
 i.e. one (p, s) x (s, n) matmul per (batch, chunk, head) with the source positions s weighted by their decay
 to the end of the chunk. Step 2 of Listing 1 in Dao & Gu 2024; follows mamba_ssm's ``_chunk_state_fwd``
-(``mamba_ssm/ops/triton/ssd_chunk_state.py``). Shapes: see ``recemb.kernels.ssd.naive``.
+(``mamba_ssm/ops/triton/ssd_chunk_state.py``).
+
+Reference: ``recemb.kernels.ssd.reference.chunk_state_ref`` (pure torch; its module has the shape glossary).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -192,29 +193,3 @@ def chunk_state(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: t
         states: (batch, nchunks, nheads, headdim, dstate) fp32
     """
     return _chunk_state_fwd(B, x, dt, dA_cumsum)
-
-
-def chunk_state_ref(
-    B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor
-) -> torch.Tensor:
-    """
-    Arguments:
-        B: (batch, seqlen, ngroups, dstate)
-        x: (batch, seqlen, nheads, headdim)
-        dt: (batch, nheads, nchunks, chunk_size) effective steps, zero past the end of the sequence
-        dA_cumsum: (batch, nheads, nchunks, chunk_size)
-    Return:
-        states: (batch, nchunks, nheads, headdim, dstate) fp32 (fp64 for fp64 input)
-    """
-    batch, seqlen, nheads, hdim = x.shape
-    _, _, nchunks, chunk_size = dt.shape
-    ngroups, dstate = B.shape[2:]
-    cdt = torch.promote_types(x.dtype, torch.float32)
-    pad = nchunks * chunk_size - seqlen
-    x = F.pad(x.to(cdt), (0, 0, 0, 0, 0, pad))
-    x = x.view(batch, nchunks, chunk_size, nheads, hdim)  # (b, c, s, h, p)
-    B = F.pad(B.to(cdt), (0, 0, 0, 0, 0, pad)).view(batch, nchunks, chunk_size, ngroups, dstate)
-    B = B.repeat_interleave(nheads // ngroups, dim=3)  # (b, c, s, h, n)
-    dA_cumsum, dt = dA_cumsum.to(cdt), dt.to(cdt)
-    decay_states = torch.exp(dA_cumsum[..., -1:] - dA_cumsum)  # (b, h, c, s)
-    return torch.einsum("bcshn,bhcs,bcshp->bchpn", B, decay_states * dt, x)

@@ -1,9 +1,14 @@
 """``ssd_chunk_scan``: the chunked SSD scan with carried state, behind one backend switch.
 
-The torch backend is the chunked matmul form (Listing 1 of Dao & Gu 2024), vectorised over chunks and written
-for CPU speed: C·Bᵀ is computed once per group rather than per head, the intra-chunk decay uses the cumsum
-difference (as mamba_ssm's kernels do), and the inter-chunk recurrence is an explicit loop over chunks, so the
-carried state is visible exactly as it is between vertical chunks. Shapes: see ``recemb.kernels.ssd.naive``.
+Production paths: ``ssd_chunk_scan_torch`` here (the CPU path) and ``ssd_chunk_scan_triton`` in
+``recemb.kernels.ssd.triton_combined`` (CUDA). The torch path is the chunked matmul form (Listing 1 of Dao &
+Gu 2024), vectorised over chunks and written for CPU speed: C·Bᵀ is computed once per group rather than per
+head, the intra-chunk decay uses the cumsum difference (as mamba_ssm's kernels do), and the inter-chunk
+recurrence is an explicit loop over chunks, so the carried state is visible exactly as it is between vertical
+chunks.
+
+Reference: ``recemb.kernels.ssd.reference.ssd_chunk_scan_ref`` (the fp64 token loop; its module has the shape
+glossary).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from recemb.kernels._backend import resolve_backend
-from recemb.kernels.ssd.naive import prepare_dt
+from recemb.kernels.ssd.dt import prepare_dt
 from recemb.kernels.workspace import Workspace, scratch
 
 
@@ -286,15 +291,3 @@ def ssd_chunk_scan(
                                                initial_states=initial_states, workspace=workspace)
     y = y.to(out_dtype)
     return (y, final_states) if return_final_states else y
-
-
-def ssd_chunk_scan_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False,
-                       dt_limit=(0.0, float("inf")), initial_states=None):
-    """Reference for ``ssd_chunk_scan``: the token loop of ``naive.ssd_naive_recurrent`` in fp64.
-
-    ``chunk_size`` is accepted for a matching signature and has no effect on the result.
-    """
-    from recemb.kernels.ssd.naive import ssd_naive_recurrent
-
-    return ssd_naive_recurrent(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-                               dt_limit=dt_limit, initial_states=initial_states)

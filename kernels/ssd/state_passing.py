@@ -6,7 +6,9 @@
 
 This is the same carry that links vertical chunks: ``final_states`` of one call is ``initial_states`` of the
 next. Follows mamba_ssm's ``_state_passing_fwd`` (``mamba_ssm/ops/triton/ssd_state_passing.py``); step 3 of
-Listing 1 in Dao & Gu 2024. Shapes: see ``recemb.kernels.ssd.naive``.
+Listing 1 in Dao & Gu 2024.
+
+Reference: ``recemb.kernels.ssd.reference.state_passing_ref`` (pure torch; its module has the shape glossary).
 """
 
 from __future__ import annotations
@@ -140,32 +142,3 @@ def state_passing(
         final_states: (batch, nheads, headdim, dstate) fp32
     """
     return _state_passing_fwd(states, dA_chunk_cumsum, initial_states)
-
-
-def state_passing_ref(
-    states: torch.Tensor,
-    dA_chunk_cumsum: torch.Tensor,
-    initial_states: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """
-    Arguments:
-        states: (batch, nchunks, nheads, headdim, dstate) each chunk's own final state (from chunk_state)
-        dA_chunk_cumsum: (batch, nheads, nchunks) log-decay of each whole chunk (dA_cumsum[..., -1])
-        initial_states: (batch, nheads, headdim, dstate) or None
-    Return:
-        out: (batch, nchunks, nheads, headdim, dstate) fp32 (fp64 for fp64 input), the state entering a chunk
-        final_states: (batch, nheads, headdim, dstate) fp32 (fp64 for fp64 input)
-    """
-    cdt = torch.promote_types(states.dtype, torch.float32)
-    states, dA_chunk_cumsum = states.to(cdt), dA_chunk_cumsum.to(cdt)
-    if initial_states is None:
-        initial_states = torch.zeros_like(states[:, 0])
-    states = torch.cat([initial_states.to(cdt)[:, None], states], dim=1)  # (b, c+1, h, p, n)
-    # Closed form (Listing 1, step 3): out[z] = sum_{c <= z} exp(sum(dA[c:z])) * states[c].
-    dA = torch.nn.functional.pad(dA_chunk_cumsum, (1, 0))  # (b, h, c+1)
-    cs = torch.cumsum(dA, dim=-1)  # (b, h, c+1)
-    segsum = cs[..., :, None] - cs[..., None, :]  # (b, h, z, c)
-    causal = torch.ones(segsum.shape[-2:], dtype=torch.bool, device=states.device).tril()
-    decay_chunk = torch.exp(segsum.masked_fill(~causal, float("-inf")))  # (b, h, z, c)
-    new_states = torch.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)  # (b, c+1, h, p, n)
-    return new_states[:, :-1], new_states[:, -1]

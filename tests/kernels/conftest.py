@@ -1,4 +1,4 @@
-"""Shared fixtures for the kernel tests: relative-error checks, NaN-filled buffers, random SSD inputs.
+"""Shared fixtures for the kernel tests: the relative-error check, NaN-filled buffers, random SSD inputs.
 
 The Triton kernels are tested on CPU tensors under the Triton interpreter; Triton decides at ``@triton.jit``
 time whether to interpret, so ``TRITON_INTERPRET`` is set here, before any test module imports a kernel.
@@ -10,32 +10,20 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import functools  # noqa: E402
 from typing import Callable, NamedTuple  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-
-def rel_err(ref: torch.Tensor, tri: torch.Tensor) -> float:
-    """max |tri - ref| / max |ref|, in fp64 (0 when both are all zero)."""
-    ref, tri = ref.double(), tri.double()
-    scale = ref.abs().max().item() if ref.numel() else 0.0
-    diff = (tri - ref).abs().max().item() if ref.numel() else 0.0
-    return diff / scale if scale > 0 else diff
-
-
-def _assert_close(name: str, ref: torch.Tensor, tri: torch.Tensor, tol: float) -> None:
-    assert tri.shape == ref.shape, f"{name}: shape {tuple(tri.shape)} != reference {tuple(ref.shape)}"
-    bad = ~torch.isfinite(tri)
-    assert not bad.any(), f"{name}: {int(bad.sum())} non-finite values (an output element was never written?)"
-    err = rel_err(ref, tri)
-    assert err <= tol, f"{name}: relative error {err:.3e} > {tol:.0e}"
+from tests import utils  # noqa: E402
 
 
 @pytest.fixture
 def assert_close() -> Callable[[str, torch.Tensor, torch.Tensor, float], None]:
-    """``assert_close(name, ref, tri, tol)``: finite, same shape, and max-abs error <= tol * max |ref|."""
-    return _assert_close
+    """``assert_close(name, ref, tri, tol)``: finite, same shape, and max-abs error <= tol * max |ref|
+    (``tests.utils.assert_close`` with ``scale="max"``)."""
+    return functools.partial(utils.assert_close, scale="max")
 
 
 @pytest.fixture

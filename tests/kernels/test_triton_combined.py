@@ -12,7 +12,7 @@ import torch  # noqa: E402
 pytest.importorskip("triton")
 
 from recemb.kernels.ssd.combined import ssd_chunk_scan  # noqa: E402
-from recemb.kernels.ssd.naive import ssd_naive_recurrent  # noqa: E402
+from recemb.kernels.ssd.reference import ssd_naive_recurrent  # noqa: E402
 from recemb.kernels.ssd.triton_combined import ssd_chunk_scan_triton  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("nan_filled_empty")

@@ -1,4 +1,5 @@
-"""Each Triton SSD stage against its pure-torch ``_ref`` twin (run in fp64), under the interpreter on CPU."""
+"""Each Triton SSD stage against its pure-torch reference (``recemb.kernels.ssd.reference.<stage>_ref``, run
+in fp64), under the interpreter on CPU."""
 
 from __future__ import annotations
 
@@ -13,11 +14,18 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton")
 
-from recemb.kernels.ssd.bmm import bmm_chunk, bmm_chunk_ref  # noqa: E402
-from recemb.kernels.ssd.chunk_cumsum import chunk_cumsum, chunk_cumsum_ref  # noqa: E402
-from recemb.kernels.ssd.chunk_scan import chunk_scan, chunk_scan_ref  # noqa: E402
-from recemb.kernels.ssd.chunk_state import chunk_state, chunk_state_ref  # noqa: E402
-from recemb.kernels.ssd.state_passing import state_passing, state_passing_ref  # noqa: E402
+from recemb.kernels.ssd.bmm import bmm_chunk  # noqa: E402
+from recemb.kernels.ssd.chunk_cumsum import chunk_cumsum  # noqa: E402
+from recemb.kernels.ssd.chunk_scan import chunk_scan  # noqa: E402
+from recemb.kernels.ssd.chunk_state import chunk_state  # noqa: E402
+from recemb.kernels.ssd.reference import (  # noqa: E402
+    bmm_chunk_ref,
+    chunk_cumsum_ref,
+    chunk_scan_ref,
+    chunk_state_ref,
+    state_passing_ref,
+)
+from recemb.kernels.ssd.state_passing import state_passing  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("nan_filled_empty")
 

@@ -1,0 +1,156 @@
+"""The references (``recemb.kernels.reference``, ``recemb.kernels.ssd.reference``) among themselves, and the
+promise that they and every torch production path work without Triton."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from recemb.kernels import prepare_dt, ssd_chunk_scan_ref, ssd_naive_recurrent
+from recemb.kernels.ssd.reference import (
+    bmm_chunk_ref,
+    chunk_cumsum_ref,
+    chunk_scan_ref,
+    chunk_state_ref,
+    prepare_dt_ref,
+    state_passing_ref,
+)
+
+DT_MODES = [
+    pytest.param(dict(), id="raw"),
+    pytest.param(dict(dt_bias=True, dt_softplus=True), id="bias-softplus"),
+    pytest.param(dict(dt_bias=True, dt_softplus=True, dt_limit=(0.05, 0.6)), id="bias-softplus-limit"),
+    pytest.param(dict(dt_limit=(0.0, 0.5)), id="raw-upper-limit"),
+]
+
+
+def _dt_kwargs(inp, mode: dict, dtype: torch.dtype) -> dict:
+    return dict(
+        dt_bias=inp.dt_bias.to(dtype) if mode.get("dt_bias") else None,
+        dt_softplus=mode.get("dt_softplus", False),
+        dt_limit=mode.get("dt_limit", (0.0, float("inf"))),
+    )
+
+
+@pytest.mark.parametrize("mode", DT_MODES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["fp32", "fp64", "bf16"]
+)
+def test_prepare_dt_equals_its_reference(make_ssd_inputs, mode, dtype):
+    inp = make_ssd_inputs(2, 9, 4, 8, 2, 16)
+    dt = inp.dt.to(dtype)
+    dt[:, ::3] = 0.0  # LongMamba's zeroed steps: stay zero without a limit
+    kw = _dt_kwargs(inp, mode, dtype)
+    got, expected = prepare_dt(dt, **kw), prepare_dt_ref(dt, **kw)
+    assert got.dtype == expected.dtype == torch.promote_types(dtype, torch.float32)
+    assert torch.equal(got, expected)
+    if not mode:
+        assert torch.equal(got, dt.to(got.dtype)), "the default limit must not clamp raw (negative) steps"
+
+
+# (b, l, h, p, g, n, chunk_size): a partial last chunk, one token, an exact multiple, one group per head.
+SHAPES = [
+    pytest.param((2, 37, 4, 8, 2, 16, 16), id="B2-L37-H4-P8-G2-N16-Q16"),
+    pytest.param((1, 1, 2, 8, 1, 16, 16), id="B1-L1-H2-P8-G1-N16-Q16"),
+    pytest.param((1, 32, 2, 16, 1, 8, 16), id="B1-L32-H2-P16-G1-N8-Q16"),
+    pytest.param((1, 29, 4, 8, 4, 16, 12), id="B1-L29-H4-P8-G4-N16-Q12"),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("mode", DT_MODES[:3])
+@pytest.mark.parametrize("has_initial_states", [False, True], ids=["zero-init", "init"])
+def test_stage_refs_chained_equal_the_token_loop(make_ssd_inputs, assert_close, shape, mode,
+                                                 has_initial_states):
+    """The five stage references chained as ``triton_combined`` chains the kernels give the fp64 token loop:
+    so each stage kernel, tested against its reference, is tested against the ground truth."""
+    b, l, h, p, g, n, q = shape
+    inp = make_ssd_inputs(b, l, h, p, g, n)
+    x, dt, A, B, C, D, z = (t.double() for t in (inp.x, inp.dt, inp.A, inp.B, inp.C, inp.D, inp.z))
+    kw = _dt_kwargs(inp, mode, torch.float64)
+    init = inp.initial_states.double() if has_initial_states else None
+
+    dA_cumsum, dt_out = chunk_cumsum_ref(dt, A, q, **kw)  # (b, h, c, q)
+    states = chunk_state_ref(B, x, dt_out, dA_cumsum)  # (b, c, h, p, n)
+    states, final_states = state_passing_ref(states, dA_cumsum[..., -1], init)
+    CB = bmm_chunk_ref(C, B, q, causal=True)  # (b, c, g, q, q)
+    y = chunk_scan_ref(CB, x, dt_out, dA_cumsum, C, states, D=D, z=z)  # (b, l, h, p)
+
+    y_loop, final_loop = ssd_naive_recurrent(x, dt, A, B, C, D=D, z=z, initial_states=init, **kw)
+    assert y.dtype == final_states.dtype == torch.float64
+    assert_close("y", y_loop, y, 1e-10)
+    assert_close("final_states", final_loop, final_states, 1e-10)
+    y_ref, final_ref = ssd_chunk_scan_ref(x, dt, A, B, C, q, D=D, z=z, initial_states=init, **kw)
+    assert torch.equal(y_ref, y_loop) and torch.equal(final_ref, final_loop)
+
+
+_NO_TRITON_SCRIPT = r"""
+import sys
+
+sys.modules["triton"] = None  # any `import triton` now raises ImportError
+
+import torch
+
+import recemb.kernels as K
+from recemb.kernels import reference as R
+from recemb.kernels.ssd import reference as SR
+
+assert not K.triton_available()
+assert set(K.__all__) <= set(dir(K))
+try:
+    import recemb.kernels.ssd.chunk_scan  # noqa: F401  (a Triton stage: proves the block above works)
+except ImportError:
+    pass
+else:
+    raise AssertionError("a Triton stage imported without Triton")
+
+g = torch.Generator().manual_seed(0)
+b, l, h, p, gr, n, q, d, k = 1, 10, 2, 4, 1, 8, 4, 12, 4
+def randn(*shape):
+    return torch.randn(*shape, generator=g)
+
+x, dt, A = randn(b, l, h, p), randn(b, l, h), -torch.rand(h, generator=g) - 0.5
+B, C, D, dt_bias, init = randn(b, l, gr, n), randn(b, l, gr, n), randn(h), randn(h), randn(b, h, p, n)
+
+# SSD: production torch paths and every reference
+y, s = K.ssd_chunk_scan(x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_softplus=True, initial_states=init)
+y_ref, s_ref = K.ssd_chunk_scan_ref(x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_softplus=True,
+                                    initial_states=init)
+assert (y - y_ref).abs().max() < 1e-4 and (s - s_ref).abs().max() < 1e-4
+dt_eff = K.prepare_dt(dt, dt_bias, True)
+assert torch.equal(dt_eff, SR.prepare_dt_ref(dt, dt_bias, True))
+K.ssd_chunk_scan_torch(x, dt_eff, A, B, C, q, D=D, initial_states=init, workspace=K.Workspace())
+K.ssd_naive_recurrent(x, dt_eff, A, B, C, D=D)
+K.ssd_naive_chunked(x, dt_eff, A, B, C, q, D=D)
+dA_cumsum, dt_out = SR.chunk_cumsum_ref(dt, A, q, dt_bias, True)
+states = SR.chunk_state_ref(B, x, dt_out, dA_cumsum)
+states, _ = SR.state_passing_ref(states, dA_cumsum[..., -1], init)
+CB = SR.bmm_chunk_ref(C, B, q, causal=True)
+SR.chunk_scan_ref(CB, x, dt_out, dA_cumsum, C, states, D=D)
+
+# conv and gated norm: dispatchers, torch paths, references
+xc, w, bias, conv_state = randn(b, l, d), randn(d, k), randn(d), randn(b, d, k)
+yc, sc = K.causal_conv1d(xc, w, bias, conv_state)
+yc_torch, _ = K.causal_conv1d_torch(xc, w, bias, conv_state, workspace=K.Workspace())
+yc_ref, sc_ref = R.causal_conv1d_ref(xc, w, bias, conv_state)
+assert torch.equal(yc, yc_torch) and (yc - yc_ref).abs().max() < 1e-5 and torch.equal(sc, sc_ref)
+yn, zn = randn(b, l, d), randn(b, l, d)
+out = K.gated_rms_norm(yn, zn, bias, 4)
+out_torch = K.gated_rms_norm_torch(yn.clone(), zn.clone(), bias, 4, inplace=True)
+out_ref = R.gated_rms_norm_ref(yn, zn, bias, 4)
+assert torch.equal(out, out_torch) and (out - out_ref).abs().max() < 1e-5
+assert K.causal_conv1d_ref is R.causal_conv1d_ref and K.gated_rms_norm_ref is R.gated_rms_norm_ref
+assert "triton" not in {m.split(".")[0] for m, mod in sys.modules.items() if mod is not None}
+print("ok")
+"""
+
+
+def test_references_and_torch_paths_run_without_triton():
+    """``import recemb.kernels`` and both reference modules never import Triton: every reference and every
+    torch production path imports and runs in a process where ``import triton`` fails."""
+    proc = subprocess.run([sys.executable, "-c", _NO_TRITON_SCRIPT], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-4000:]
