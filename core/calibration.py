@@ -285,6 +285,8 @@ def calibrate(
     method: "longmamba", "mambaextend" or "both" (MambaExtend first; LongMamba then filters the scaled Δ).
     LongMamba gets ``windows`` windows of ``train_length`` tokens spread evenly over the texts; MambaExtend gets
     ``documents`` documents of ``document_length`` tokens (default 8 × train_length), EOS appended.
+    min_length: both methods act on inputs of at least this many tokens (None: 1.5 × train_length); shorter ones
+    are embedded by the plain model.
     save_to: a model folder to write ``context_extension.json`` into (it then loads with the model).
     """
     from tqdm.auto import tqdm
@@ -299,9 +301,14 @@ def calibrate(
         stream.extend(ids[:-1] if ids and ids[-1] == eos else ids)
     ext = model.context_extension or ContextExtension(train_length=train_length)
     ext.train_length = train_length
+    ext.min_length = min_length  # None: 1.5 × train_length
     model.context_extension = ext
     if method in ("mambaextend", "both"):
         length = document_length or 8 * train_length
+        if length < ext.active_from():
+            raise ValueError(f"MambaExtend documents of {length} tokens are shorter than the minimum length "
+                             f"{ext.active_from()} from which the scales act; raise document_length or lower "
+                             "min_length")
         if len(stream) < length:
             raise ValueError(f"the texts hold {len(stream)} tokens; MambaExtend needs documents of {length}")
         starts = [round(i * (len(stream) - length) / max(documents - 1, 1)) for i in range(documents)]

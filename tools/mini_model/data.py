@@ -1,0 +1,178 @@
+"""The training pairs of ``recemb-mamba2-mini``: the shared corpora (../shared/data: IR documents, STS-B
+train, books) and the host machine's Python docstrings and manual pages."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import os
+import random
+import re
+import sysconfig
+from pathlib import Path
+
+from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Instructions sampled for anchors: retrieval-style tasks plus STS, all from the E5 set.
+ANCHOR_INSTRUCTIONS = [DEFAULT_INSTRUCTION] + [TASK_INSTRUCTIONS[t] for t in (
+    "SciFact", "NFCorpus", "NQ", "FiQA2018", "TRECCOVID", "SCIDOCS", "QuoraRetrieval", "STS", "ArguAna",
+    "HotpotQA", "FEVER", "DBPedia")]
+INSTRUCTED_FRACTION = 0.7
+MAX_POSITIVE_WORDS = 96  # keeps the teacher (256 tokens) seeing the whole positive
+# Held out of training: benchmarks/retrieval_eval.py builds its long-document test from it.
+HELD_OUT_BOOKS = ("war_and_peace.txt",)
+
+
+def default_data_dir() -> Path:
+    """``../shared/data`` next to the repository (override with RECEMB_DATA)."""
+    env = os.environ.get("RECEMB_DATA")
+    if env:
+        return Path(env)
+    return REPO_ROOT.parent / "shared" / "data"
+
+
+# --------------------------------------------------------------------------------------------- pairs
+
+
+def _words(text: str, limit: int) -> str:
+    return " ".join(text.split()[:limit])
+
+
+def _ir_pairs(data: Path) -> list[tuple[str, str, str]]:
+    out = []
+    for corpus in sorted((data / "ir").glob("*/corpus.jsonl")):
+        with open(corpus, encoding="utf-8") as f:
+            for line in f:
+                doc = json.loads(line)
+                title, text = doc.get("title", "").strip(), doc.get("text", "").strip()
+                if len(title.split()) >= 3 and len(text.split()) >= 15:
+                    out.append((title, _words(text, MAX_POSITIVE_WORDS), "ir"))
+    return out
+
+
+def _sts_pairs(data: Path) -> list[tuple[str, str, str]]:
+    out = []
+    with open(data / "sts" / "stsbenchmark" / "train.tsv", encoding="utf-8") as f:
+        next(f)  # header
+        for line in f:
+            s1, s2, score = line.rstrip("\n").split("\t")
+            if float(score) >= 3.0:
+                out.append((s1, s2, "sts"))
+    return out
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
+
+
+def _book_pairs(data: Path, rng: random.Random, per_book: int) -> list[tuple[str, str, str]]:
+    out = []
+    for book in sorted((data / "long").glob("*.txt")):
+        if book.name in HELD_OUT_BOOKS:
+            continue
+        paragraphs = [" ".join(p.split()) for p in book.read_text(encoding="utf-8").split("\n\n")]
+        paragraphs = [p for p in paragraphs if len(p.split()) >= 8]
+        passages, cur = [], []
+        for p in paragraphs:  # passages of 60-160 words from whole paragraphs
+            cur.append(p)
+            if sum(len(x.split()) for x in cur) >= 60:
+                passages.append(_words(" ".join(cur), MAX_POSITIVE_WORDS))
+                cur = []
+        rng.shuffle(passages)
+        for passage in passages[:per_book]:
+            sentences = [s for s in _SENTENCE.split(passage) if len(s.split()) >= 6]
+            if len(sentences) < 2:
+                continue
+            pick = rng.randrange(len(sentences))
+            rest = " ".join(s for i, s in enumerate(sentences) if i != pick)
+            out.append((sentences[pick], rest, "book"))
+    return out
+
+
+def _docstring_pairs() -> list[tuple[str, str, str]]:
+    out = []
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.rglob("*.py")):
+        if any(part in ("test", "tests", "idlelib", "site-packages", "lib2to3") for part in path.parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+                continue
+            doc = ast.get_docstring(node)
+            if not doc:
+                continue
+            summary, _, body = doc.strip().partition("\n")
+            if len(summary.split()) >= 4 and len(body.split()) >= 15:
+                name = getattr(node, "name", path.stem)
+                out.append((summary.strip(), _words(f"{name}: {body}", MAX_POSITIVE_WORDS), "docstring"))
+    return out
+
+
+_ROFF_ESCAPE = re.compile(r"\\f[BIRPC1-4]|\\f\(..|\\f\[[^\]]*\]|\\\*\(..|\\\*.|\\\(..|\\[&|^/,%e]|\\s[-+]?\d")
+
+
+def _roff_text(lines: list[str]) -> str:
+    text = []
+    for line in lines:
+        if line.startswith((".", "'")):
+            macro = line.split(None, 1)
+            if macro and macro[0] in (".B", ".I", ".BR", ".IR", ".RB", ".BI", ".IB", ".RI") and len(macro) > 1:
+                line = macro[1].replace('"', "")
+            else:
+                continue
+        text.append(_ROFF_ESCAPE.sub("", line).replace("\\-", "-").replace("\\", ""))
+    return " ".join(" ".join(text).split())
+
+
+def _manpage_pairs(man_dir: Path = Path("/usr/share/man/man1")) -> list[tuple[str, str, str]]:
+    out = []
+    for page in sorted(man_dir.glob("*.gz")) if man_dir.is_dir() else []:
+        try:
+            lines = gzip.decompress(page.read_bytes()).decode("utf-8", "replace").splitlines()
+        except (OSError, EOFError):
+            continue
+        sections: dict[str, list[str]] = {}
+        current = None
+        for line in lines:
+            if line.startswith((".SH", ".Sh")):
+                current = line[3:].strip().strip('"').upper()
+                sections[current] = []
+            elif current is not None:
+                sections[current].append(line)
+        name = _roff_text(sections.get("NAME", []))
+        description = _roff_text(sections.get("DESCRIPTION", []))
+        if " - " in name and len(description.split()) >= 15:
+            out.append((name.split(" - ", 1)[1].strip(), _words(description, MAX_POSITIVE_WORDS), "manpage"))
+    return out
+
+
+def build_pairs(data_dir: Path | None = None, seed: int = 0, books_per_title: int = 2500,
+                limit_per_source: int = 6500) -> list[dict]:
+    """Training rows {anchor, positive, instruction, source}, shuffled with ``seed``."""
+    data = Path(data_dir) if data_dir is not None else default_data_dir()
+    if not (data / "ir").is_dir():
+        raise FileNotFoundError(f"{data} has no ir/ folder; set RECEMB_DATA to the shared data folder")
+    rng = random.Random(seed)
+    sources = [_ir_pairs(data), _sts_pairs(data), _book_pairs(data, rng, books_per_title), _docstring_pairs(),
+               _manpage_pairs()]
+    rows, seen = [], set()
+    for pairs in sources:
+        rng.shuffle(pairs)
+        kept = 0
+        for anchor, positive, source in pairs:
+            key = (anchor.lower(), positive[:200].lower())
+            if key in seen or kept >= limit_per_source:
+                continue
+            seen.add(key)
+            kept += 1
+            instructed = rng.random() < INSTRUCTED_FRACTION
+            rows.append({"anchor": anchor, "positive": positive, "source": source,
+                         "instruction": rng.choice(ANCHOR_INSTRUCTIONS) if instructed else ""})
+    rng.shuffle(rows)
+    return rows

