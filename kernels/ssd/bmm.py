@@ -157,12 +157,5 @@ def _bmm_chunk_fwd(a: torch.Tensor, b: torch.Tensor, chunk_size: int, causal: bo
 
 @compiler_disable
 def bmm_chunk(a: torch.Tensor, b: torch.Tensor, chunk_size: int, causal: bool = False) -> torch.Tensor:
-    """
-    Arguments:
-        a: (batch, seqlen, ngroups, k)   C for the scan
-        b: (batch, seqlen, ngroups, k)   B for the scan
-        causal: zero the strictly upper triangle (j > i)
-    Return:
-        out: (batch, nchunks, ngroups, chunk_size, chunk_size) fp32
-    """
+    """Triton forward of ``recemb.kernels.ssd.reference.bmm_chunk_ref``: the same arguments, shapes and result."""
     return _bmm_chunk_fwd(a, b, chunk_size, causal)

@@ -165,13 +165,5 @@ def chunk_cumsum(
     dt_softplus: bool = False,
     dt_limit: tuple[float, float] = (0.0, float("inf")),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """
-    Arguments:
-        dt: (batch, seqlen, nheads) raw steps
-        A: (nheads,)
-        dt_bias: (nheads,) or None
-    Return:
-        dA_cumsum: (batch, nheads, nchunks, chunk_size) fp32
-        dt_out: (batch, nheads, nchunks, chunk_size) fp32, zero past the end of the sequence
-    """
+    """Triton forward of ``recemb.kernels.ssd.reference.chunk_cumsum_ref``: the same arguments, shapes and result."""
     return _chunk_cumsum_fwd(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)

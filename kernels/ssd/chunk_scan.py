@@ -281,17 +281,5 @@ def chunk_scan(
     z: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """
-    Arguments:
-        CB: (batch, nchunks, ngroups, chunk_size, chunk_size) C·Bᵀ per chunk (only j <= i is read)
-        x: (batch, seqlen, nheads, headdim)
-        dt: (batch, nheads, nchunks, chunk_size) effective steps
-        dA_cumsum: (batch, nheads, nchunks, chunk_size)
-        C: (batch, seqlen, ngroups, dstate)
-        states: (batch, nchunks, nheads, headdim, dstate) the state entering each chunk
-        D: (nheads,) or None
-        z: (batch, seqlen, nheads, headdim) or None
-    Return:
-        out: (batch, seqlen, nheads, headdim) in out_dtype (default x.dtype)
-    """
+    """Triton forward of ``recemb.kernels.ssd.reference.chunk_scan_ref``: the same arguments, shapes and result."""
     return _chunk_scan_fwd(CB, x, dt, dA_cumsum, C, states, D, z, out_dtype)

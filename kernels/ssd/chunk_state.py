@@ -183,13 +183,5 @@ def _chunk_state_fwd(
 
 @compiler_disable
 def chunk_state(B: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, dA_cumsum: torch.Tensor) -> torch.Tensor:
-    """
-    Arguments:
-        B: (batch, seqlen, ngroups, dstate)
-        x: (batch, seqlen, nheads, headdim)
-        dt: (batch, nheads, nchunks, chunk_size) effective steps, zero past the end of the sequence
-        dA_cumsum: (batch, nheads, nchunks, chunk_size)
-    Return:
-        states: (batch, nchunks, nheads, headdim, dstate) fp32
-    """
+    """Triton forward of ``recemb.kernels.ssd.reference.chunk_state_ref``: the same arguments, shapes and result."""
     return _chunk_state_fwd(B, x, dt, dA_cumsum)

@@ -1,7 +1,8 @@
 """The effective SSD step size, shared by the model (``recemb.core.mixer``, ``recemb.core.calibration``) and
 the torch scan (``recemb.kernels.ssd.combined``); the Triton stage ``chunk_cumsum`` computes it in its kernel.
 
-Production code, Triton-free. Its reference is ``recemb.kernels.ssd.reference.prepare_dt_ref``.
+Production code, Triton-free; the references use it too (a second copy would add nothing). Tested against the
+formula elementwise in fp64 (``tests/kernels/test_references.py``).
 Shapes: see ``recemb.kernels.ssd.reference``.
 """
 

@@ -27,28 +27,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-
-def prepare_dt_ref(
-    dt: torch.Tensor,
-    dt_bias: torch.Tensor | None = None,
-    dt_softplus: bool = False,
-    dt_limit: tuple[float, float] = (0.0, float("inf")),
-) -> torch.Tensor:
-    """Reference for ``recemb.kernels.ssd.dt.prepare_dt``: ``clamp(softplus?(dt + dt_bias), *dt_limit)``.
-
-    In fp32 (fp64 for fp64 input). A limit with no positive lower bound and no upper bound, the default
-    ``(0, inf)`` among them, means no clamp: a raw step (no softplus) stays as it is, negative or an exact
-    zero (LongMamba's zeroed steps).
-    """
-    dt = dt.to(torch.promote_types(dt.dtype, torch.float32))
-    if dt_bias is not None:
-        dt = dt + dt_bias.to(dt.dtype)
-    if dt_softplus:
-        dt = F.softplus(dt)
-    lo, hi = dt_limit
-    if lo > 0.0 or hi != float("inf"):
-        dt = dt.clamp(min=lo, max=hi)
-    return dt
+# The effective step is a definition shared with production: six lines of torch, tested on its own
+# (tests/kernels/test_references.py), not worth a second copy.
+from recemb.kernels.ssd.dt import prepare_dt
 
 
 def ssd_naive_recurrent(
@@ -83,7 +64,7 @@ def ssd_naive_recurrent(
     b, l, h, p = x.shape
     g, n = B.shape[-2:]
     heads_per_group = h // g
-    dt = prepare_dt_ref(dt, dt_bias, dt_softplus, dt_limit).to(dtype)  # (b, l, h)
+    dt = prepare_dt(dt, dt_bias, dt_softplus, dt_limit).to(dtype)  # (b, l, h)
     x, A, B, C = x.to(dtype), A.to(dtype), B.to(dtype), C.to(dtype)
     B = B.repeat_interleave(heads_per_group, dim=2)  # (b, l, h, n)
     C = C.repeat_interleave(heads_per_group, dim=2)  # (b, l, h, n)
@@ -135,7 +116,7 @@ def ssd_naive_chunked(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Listing 1 of the SSD paper (Dao & Gu 2024, "Transformers are SSMs"), one einsum per step.
 
-    ``dt`` here is already the effective step (see ``prepare_dt_ref``). Shapes as in ``ssd_naive_recurrent``;
+    ``dt`` here is already the effective step (see ``prepare_dt``). Shapes as in ``ssd_naive_recurrent``;
     any l.
     """
     b, l, h, p = x.shape
@@ -211,7 +192,7 @@ def chunk_cumsum_ref(
     """
     batch, seqlen, nheads = dt.shape
     nchunks = -(-seqlen // chunk_size)  # ceil(l / q)
-    dt = prepare_dt_ref(dt, dt_bias, dt_softplus, dt_limit)  # (b, l, h)
+    dt = prepare_dt(dt, dt_bias, dt_softplus, dt_limit)  # (b, l, h)
     dt = F.pad(dt, (0, 0, 0, nchunks * chunk_size - seqlen))  # (b, c*q, h), zero steps on the padded tail
     dt_out = dt.view(batch, nchunks, chunk_size, nheads).permute(0, 3, 1, 2)  # (b, h, c, q)
     dA_cumsum = torch.cumsum(dt_out * A.to(dt.dtype)[:, None, None], dim=-1)  # (b, h, c, q)

@@ -132,13 +132,5 @@ def state_passing(
     dA_chunk_cumsum: torch.Tensor,
     initial_states: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """
-    Arguments:
-        states: (batch, nchunks, nheads, headdim, dstate) each chunk's own final state (from chunk_state)
-        dA_chunk_cumsum: (batch, nheads, nchunks) log-decay of each whole chunk (dA_cumsum[..., -1])
-        initial_states: (batch, nheads, headdim, dstate) or None
-    Return:
-        out: (batch, nchunks, nheads, headdim, dstate) fp32, the state entering each chunk
-        final_states: (batch, nheads, headdim, dstate) fp32
-    """
+    """Triton forward of ``recemb.kernels.ssd.reference.state_passing_ref``: the same arguments, shapes and result."""
     return _state_passing_fwd(states, dA_chunk_cumsum, initial_states)
