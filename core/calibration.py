@@ -37,8 +37,8 @@ def default_target_lengths(train_length: int, longest: int = 262_144) -> list[in
 @torch.inference_mode()
 def record_delta(model: Mamba2Encoder, input_ids: torch.Tensor, backend: str = "auto",
                  context_extension: str = "auto") -> list[torch.Tensor]:
-    """Post-softplus Δ of every layer for one sequence (1, l): a list of (l, h) fp32, with the MambaExtend scale
-    when ``context_extension`` runs it (LongMamba filters the scaled Δ), whatever l; no filtering."""
+    """Post-softplus Δ of every layer for one sequence (1, l): a list of (l, h) fp32, with the MambaExtend
+    scale when ``context_extension`` runs it (LongMamba filters the scaled Δ), whatever l; no filtering."""
     recorded: list[torch.Tensor] = []
     ext = model.context_extension
     scaled = resolve_mode(ext, context_extension) in ("mambaextend", "both")
@@ -97,8 +97,8 @@ def calibrate_longmamba(
 ) -> ContextExtension:
     """LongMamba's per-layer global heads and Δ thresholds from token windows of ``train_length`` tokens.
 
-    context_extension: the mode the windows' Δ are recorded under (its MambaExtend scales, if any, are applied:
-    LongMamba filters the scaled Δ). Returns the model's ContextExtension (created if absent) with
+    context_extension: the mode the windows' Δ are recorded under (its MambaExtend scales, if any, are
+    applied: LongMamba filters the scaled Δ). Returns the model's ContextExtension (created if absent) with
     ``global_heads`` and ``thresholds`` filled.
     """
     if not windows:
@@ -156,7 +156,7 @@ def passage_mean_targets(model: Mamba2Encoder, documents: Sequence[Sequence[int]
 
 
 def _agreement_loss(model, documents, targets, scales, backend, vertical_chunk_size) -> float:
-    """Mean 1 - cos(e_s(D), target) with Δ scales ``scales`` on every document and no filtering (inference)."""
+    """Mean 1 - cos(e_s(D), target) with Δ scales ``scales`` on every document, no filtering (inference)."""
     saved = model.context_extension
     # min_length 1: the documents being calibrated on get the scales whatever their length.
     model.context_extension = ContextExtension(delta_scale=[float(s) for s in scales], min_length=1)
@@ -285,8 +285,8 @@ def calibrate(
     method: "longmamba", "mambaextend" or "both" (MambaExtend first; LongMamba then filters the scaled Δ).
     LongMamba gets ``windows`` windows of ``train_length`` tokens spread evenly over the texts; MambaExtend gets
     ``documents`` documents of ``document_length`` tokens (default 8 × train_length), EOS appended.
-    min_length: both methods act on inputs of at least this many tokens (None: 1.5 × train_length); shorter ones
-    are embedded by the plain model.
+    min_length: both methods act on inputs of at least this many tokens (None: 1.5 × train_length); shorter
+    ones are embedded by the plain model.
     save_to: a model folder to write ``context_extension.json`` into (it then loads with the model).
     """
     from tqdm.auto import tqdm

@@ -8,13 +8,13 @@ Per mixer, with dt_eff = softplus(dt_raw + dt_bias) of shape (b, l, h):
    skipped in that head's state, while D·x and the C·h readout still happen.
 3. The time-step limit, then the scan with ``dt_bias=None, dt_softplus=False``.
 
-Both methods act only on inputs of at least ``min_length`` tokens, keyed by the **whole** input length L (so the
-result does not depend on the vertical chunk size V): shorter inputs, within the training length the model knows,
-are embedded by the plain model whatever the mode. When no row of a batch qualifies, the mixer takes its usual path
-(bit-for-bit the same outputs). Calibration: ``core/calibration.py``.
+Both methods act only on inputs of at least ``min_length`` tokens, keyed by the **whole** input length L (so
+the result does not depend on the vertical chunk size V): shorter inputs, within the training length the model
+knows, are embedded by the plain model whatever the mode. When no row of a batch qualifies, the mixer takes
+its usual path (bit-for-bit the same outputs). Calibration: ``core/calibration.py``.
 
-The artifacts live in the model folder as ``context_extension.json``, load with the model and are shared by every
-``Embedder`` on it; which methods run is each caller's own ``mode``, handed down at call time.
+The artifacts live in the model folder as ``context_extension.json``, load with the model and are shared by
+every ``Embedder`` on it; which methods run is each caller's own ``mode``, handed down at call time.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ MODES = ("auto", "off", "mambaextend", "longmamba", "both")  # what a caller may
 class DeltaControl:
     """What the Δ hook does in one layer for one batch.
 
-    scale: s_l (None: no scaling): a float for every row, a (b,) tensor per row (1 for rows too short to be scaled),
-        or a 0-d tensor that lets calibration take gradients through it;
+    scale: s_l (None: no scaling): a float for every row, a (b,) tensor per row (1 for rows too short to be
+        scaled), or a 0-d tensor that lets calibration take gradients through it;
     threshold: (b, h) per-row thresholds for this layer (None: no filtering);
     global_heads: (h,) bool, the heads filtering applies to.
     """
@@ -68,7 +68,8 @@ def apply_delta_control(dt_eff: torch.Tensor, control: DeltaControl) -> torch.Te
 def resolve_mode(extension: "ContextExtension | None", mode: str) -> str:
     """What ``mode`` means for a model with these artifacts: "off", "mambaextend", "longmamba" or "both".
 
-    "auto" is every calibrated method; asking for a method that is not calibrated is an error naming the step."""
+    "auto" is every calibrated method; asking for a method that is not calibrated is an error naming the
+    step."""
     if mode not in MODES:
         raise ValueError(f"context extension mode must be one of {MODES}, got {mode!r}")
     has_scale = extension is not None and extension.has_delta_scale
@@ -79,10 +80,11 @@ def resolve_mode(extension: "ContextExtension | None", mode: str) -> str:
         raise ValueError("MambaExtend is not calibrated for this model: run `recemb calibrate --method "
                          "mambaextend` first")
     if want_filter and not has_filter:
-        raise ValueError("LongMamba is not calibrated for this model: run `recemb calibrate --method longmamba` "
-                         "first")
-    return "both" if want_scale and want_filter else "mambaextend" if want_scale else "longmamba" if want_filter \
-        else "off"
+        raise ValueError("LongMamba is not calibrated for this model: run `recemb calibrate --method "
+                         "longmamba` first")
+    if want_scale:
+        return "both" if want_filter else "mambaextend"
+    return "longmamba" if want_filter else "off"
 
 
 @dataclass
@@ -119,7 +121,7 @@ class ContextExtension:
 
     # ------------------------------------------------------------------ per batch
     def active_from(self) -> int:
-        """Input length (tokens) from which both methods act: ``min_length``, by default 1.5 × train_length."""
+        """Input length (tokens) from which both methods act: ``min_length``, else 1.5 × train_length."""
         return self.min_length if self.min_length is not None else int(1.5 * self.train_length)
 
     def threshold_key(self, length: int) -> int:
@@ -128,7 +130,8 @@ class ContextExtension:
 
     def layer_controls(self, lengths: torch.Tensor, device: torch.device, mode: str = "auto"
                        ) -> list[DeltaControl | None] | None:
-        """Per layer, the hook for a batch whose rows have whole input lengths ``lengths`` (b,) under ``mode``;
+        """Per layer, the hook for a batch whose rows have whole input lengths ``lengths`` (b,) under
+        ``mode``;
         None when the mode is off or no row is long enough (the plain model)."""
         mode = resolve_mode(self, mode)
         scaling, filtering = mode in ("mambaextend", "both"), mode in ("longmamba", "both")

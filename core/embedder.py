@@ -29,16 +29,16 @@ class Embedder:
     """A Mamba2 text embedder with constant memory in the input length.
 
     Args:
-        model: the backbone. It may be shared with other Embedders (``shared_embedder``): every setting below is
-            this Embedder's own and is handed down at call time, so the model itself is never changed.
+        model: the backbone. It may be shared with other Embedders (``shared_embedder``): every setting
+            below is this Embedder's own and is handed down at call time, so the model itself never changes.
         tokenizer: turns text into ids ending in EOS; None allows only ``embed_token_ids``.
         vertical_chunk_size: V, tokens per vertical chunk (a memory dial; any V >= 1 gives the same result).
             None: 4096 for a single sequence, 2·chunk_size for batches.
         backend: SSD scan backend, "auto" | "torch" | "triton".
         chunk_size: SSD chunk length q (numerics only); None: the checkpoint's on Triton, 64 on the torch backend.
         max_length: truncate inputs to this many tokens (EOS included); None never truncates.
-        context_extension: which calibrated context-extension methods run: "auto" (every calibrated one), "off",
-            "mambaextend", "longmamba" or "both"; see ``set_context_extension``.
+        context_extension: which calibrated context-extension methods run: "auto" (every calibrated one),
+            "off", "mambaextend", "longmamba" or "both"; see ``set_context_extension``.
         name: where the model came from (recorded by integrations).
     """
 
@@ -91,17 +91,18 @@ class Embedder:
         takes the same ones and loads through the same ``load_pretrained``.
         """
         model, tok = load_pretrained(name_or_path, device=device, dtype=dtype, tokenizer=tokenizer,
-                                     eos_token_id=eos_token_id, revision=revision, cache_dir=cache_dir, token=token,
-                                     local_files_only=local_files_only)
-        return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend, max_length=max_length,
-                   name=str(name_or_path), chunk_size=chunk_size, context_extension=context_extension)
+                                     eos_token_id=eos_token_id, revision=revision, cache_dir=cache_dir,
+                                     token=token, local_files_only=local_files_only)
+        return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,
+                   max_length=max_length, name=str(name_or_path), chunk_size=chunk_size,
+                   context_extension=context_extension)
 
     def set_context_extension(self, mode: str) -> None:
         """Switch MambaExtend Δ scaling / LongMamba filtering for this Embedder: "auto" (every calibrated
         method), "off", "mambaextend", "longmamba" or "both" (a method that is not calibrated is an error).
 
-        Other Embedders sharing the model keep their own mode. Either method acts only on inputs of at least the
-        calibrated minimum length; shorter ones are embedded by the plain model in every mode."""
+        Other Embedders sharing the model keep their own mode. Either method acts only on inputs of at least
+        the calibrated minimum length; shorter ones are embedded by the plain model in every mode."""
         resolve_mode(self.model.context_extension, mode)  # checks now; resolved again per call
         self._context_extension = mode
 
@@ -112,7 +113,8 @@ class Embedder:
 
     def _run_options(self) -> dict:
         """This Embedder's settings, as the engine takes them on every call."""
-        return dict(backend=self.backend, chunk_size=self.chunk_size, context_extension=self.context_extension)
+        return dict(backend=self.backend, chunk_size=self.chunk_size,
+                    context_extension=self.context_extension)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -279,8 +281,8 @@ class Embedder:
                 out[idx.to(self.device)] = pooled.float()
         return F.normalize(out, p=2, dim=-1) if normalize else out
 
-    def embed_padded(self, input_ids: torch.Tensor, lengths: torch.Tensor, vertical_chunk_size: int | None = None,
-                     differentiable: bool = False) -> torch.Tensor:
+    def embed_padded(self, input_ids: torch.Tensor, lengths: torch.Tensor,
+                     vertical_chunk_size: int | None = None, differentiable: bool = False) -> torch.Tensor:
         """Pooled, unnormalised embeddings of a right-padded batch (b, T) with real lengths (b,): (b, d).
 
         differentiable: one horizontal pass that autograd can go through (training; memory grows with T);
@@ -303,7 +305,8 @@ class Embedder:
     def __repr__(self) -> str:
         c = self.config
         return (f"Embedder(name={self.name!r}, dim={self.dim}, layers={c.num_hidden_layers}, device={self.device}, "
-                f"dtype={self.dtype}, vertical_chunk_size={self.vertical_chunk_size}, backend={self.backend!r}, "
+                f"dtype={self.dtype}, vertical_chunk_size={self.vertical_chunk_size}, "
+                f"backend={self.backend!r}, "
                 f"chunk_size={self.chunk_size}, context_extension={self.context_extension!r})")
 
 

@@ -97,7 +97,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():  # torch's own error is an assertion deep inside
+    # torch's own error is an assertion deep inside
+    if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} was asked for, but this torch sees no CUDA device; use "
                          "device='cpu' (or leave it unset)")
     return resolved
@@ -125,7 +126,8 @@ def load_pretrained(
     local_files_only: bool | None = None,
 ) -> tuple[Mamba2Encoder, TextTokenizer | None]:
     """The model and tokenizer of a folder, bundled name or hub id: the one loader behind
-    ``Embedder.from_pretrained`` and ``shared_embedder`` (its options are ``recemb.core.options.LOAD_OPTIONS``).
+    ``Embedder.from_pretrained`` and ``shared_embedder`` (its options are
+    ``recemb.core.options.LOAD_OPTIONS``).
 
     tokenizer: default the model folder's own (None if it has none); a folder, a hub id or a TextTokenizer.
     """
@@ -223,7 +225,8 @@ def load_encoder(
     dtype: torch.dtype | None = None,
 ) -> Mamba2Encoder:
     """Build a ``Mamba2Encoder`` from a model folder in any supported format, with the folder's calibrated
-    context-extension artifacts attached (``context_extension.json``; which methods run is each caller's choice).
+    context-extension artifacts attached (``context_extension.json``; which methods run is each caller's
+    choice).
 
     dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
     """

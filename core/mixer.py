@@ -87,8 +87,8 @@ class Mamba2Mixer(nn.Module):
         self.out_proj = nn.Linear(self.d_inner, c.hidden_size, bias=c.use_bias)
 
     def chunk_size_for(self, device: torch.device, backend: str, chunk_size: int | None = None) -> int:
-        """The SSD chunk length q a call runs with: ``chunk_size`` if given, else the checkpoint's on Triton and at
-        most TORCH_SCAN_CHUNK_SIZE on the torch backend."""
+        """The SSD chunk length q a call runs with: ``chunk_size`` if given, else the checkpoint's on Triton
+        and at most TORCH_SCAN_CHUNK_SIZE on the torch backend."""
         if chunk_size is not None:
             return chunk_size
         if resolve_backend(backend, device) == "torch":

@@ -23,8 +23,8 @@ class Mamba2Encoder(nn.Module):
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Mamba2Block(config) for _ in range(config.num_hidden_layers))
         self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
-        # Calibrated MambaExtend / LongMamba artifacts (loaded with the model, shared by its callers); each call says
-        # which methods run (``delta_controls``). None: plain Mamba2 whatever the mode.
+        # Calibrated MambaExtend / LongMamba artifacts (loaded with the model, shared by its callers); each
+        # call says which methods run (``delta_controls``). None: plain Mamba2 whatever the mode.
         self.context_extension: ContextExtension | None = None
 
     @property
@@ -37,7 +37,8 @@ class Mamba2Encoder(nn.Module):
         context-extension mode; None for the plain model."""
         if resolve_mode(self.context_extension, context_extension) == "off":
             return None
-        return self.context_extension.layer_controls(full_lengths, self.embeddings.weight.device, context_extension)
+        return self.context_extension.layer_controls(full_lengths, self.embeddings.weight.device,
+                                                     context_extension)
 
     def forward_chunk(
         self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto",
@@ -48,7 +49,8 @@ class Mamba2Encoder(nn.Module):
 
         input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start);
         deltas: per-layer context-extension hooks (``delta_controls``), None for the plain model;
-        chunk_size: the SSD scan's chunk length q (numerics only); None: per backend (``Mamba2Mixer.chunk_size_for``);
+        chunk_size: the SSD scan's chunk length q (numerics only); None: per backend
+            (``Mamba2Mixer.chunk_size_for``);
         workspace: scratch buffers shared by the layers and reused by later chunks (inference on the CPU; see
         ``recemb.kernels.workspace``). The returned stream and states never live in it.
         Return: the residual stream after the last layer (b, l, d), before the final norm, and the new states.
@@ -57,11 +59,13 @@ class Mamba2Encoder(nn.Module):
         new_states: ModelState = []
         for i, layer in enumerate(self.layers):
             h, s = layer(h, None if states is None else states[i], backend=backend,
-                         delta=None if deltas is None else deltas[i], workspace=workspace, chunk_size=chunk_size)
+                         delta=None if deltas is None else deltas[i], workspace=workspace,
+                         chunk_size=chunk_size)
             new_states.append(s)
         return h, new_states
 
-    def forward(self, input_ids: torch.Tensor, backend: str = "auto", chunk_size: int | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, backend: str = "auto", chunk_size: int | None = None
+                ) -> torch.Tensor:
         """Horizontal forward over the whole input: final-normed hidden states (b, l, d), like Mamba2Model's
         ``last_hidden_state`` for unpadded input."""
         h, _ = self.forward_chunk(input_ids, None, backend=backend, chunk_size=chunk_size)

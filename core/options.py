@@ -1,10 +1,10 @@
 """The options of a recemb embedder, named once for every entry point.
 
-``Embedder.from_pretrained`` takes LOAD_OPTIONS (what is loaded: shared by every caller of one loaded model) and
-CALLER_OPTIONS (how this caller runs it: kept per ``Embedder`` and handed down at call time, so two callers of one
-shared model may differ). ``Embedder.encode`` takes ENCODE_OPTIONS per call. ``shared_embedder``, the LangChain and
-LlamaIndex adapters and the sentence-transformers module take their option lists from here; tests check that the
-signatures agree.
+``Embedder.from_pretrained`` takes LOAD_OPTIONS (what is loaded: shared by every caller of one loaded model)
+and CALLER_OPTIONS (how this caller runs it: kept per ``Embedder`` and handed down at call time, so two
+callers of one shared model may differ). ``Embedder.encode`` takes ENCODE_OPTIONS per call.
+``shared_embedder``, the LangChain and LlamaIndex adapters and the sentence-transformers module take their
+option lists from here; tests check that the signatures agree.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One loaded model per (model, device, dtype) per process, shared by every adapter that asks for it.
 
 A 7B checkpoint must not be loaded twice because two LangChain or LlamaIndex objects were built. The weights,
-tokenizer and calibrated artifacts are shared; each caller gets its own light ``Embedder`` with its own settings
-(V, backend, scan chunk size, truncation, context-extension mode), handed down at call time, so callers on one
-model never see each other's settings, from any thread.
+tokenizer and calibrated artifacts are shared; each caller gets its own light ``Embedder`` with its own
+settings (V, backend, scan chunk size, truncation, context-extension mode), handed down at call time, so
+callers on one model never see each other's settings, from any thread.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ _LOADED: dict[tuple, tuple[Mamba2Encoder, TextTokenizer | None]] = {}
 def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedder:
     """An ``Embedder`` whose model is loaded once per (model, device, dtype) in this process.
 
-    ``options`` are ``Embedder.from_pretrained``'s (``recemb.core.options.MODEL_OPTIONS``). The load options go to
-    the first load (the revision and the tokenizer choice are part of what is shared: another value loads
-    another copy); the caller options are this Embedder's own.
+    ``options`` are ``Embedder.from_pretrained``'s (``recemb.core.options.MODEL_OPTIONS``). The load options
+    go to the first load (the revision and the tokenizer choice are part of what is shared: another value
+    loads another copy); the caller options are this Embedder's own.
     """
     load, caller = split_options(options)
     load["device"] = resolve_device(load.get("device"))
@@ -36,8 +36,9 @@ def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedde
     if load["dtype"] is None and load["device"].type == "cpu":
         load["dtype"] = torch.float32  # what load_encoder picks there: one key for both spellings
     tokenizer = load.get("tokenizer")
+    tokenizer_key = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else id(tokenizer)
     key = (str(model_name_or_path), str(load["device"]), str(load["dtype"]), load.get("revision"),
-           str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else id(tokenizer), load.get("eos_token_id"))
+           tokenizer_key, load.get("eos_token_id"))
     with _LOCK:
         if key not in _LOADED:
             _LOADED[key] = load_pretrained(model_name_or_path, **load)

@@ -74,7 +74,8 @@ def encode_vertical(
         vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size``
         on_tokens: called with the number of real tokens consumed after every chunk (progress bars)
         chunk_size: the SSD scan's chunk length q; None: per backend
-        context_extension: which calibrated methods run ("auto" | "off" | "mambaextend" | "longmamba" | "both")
+        context_extension: which calibrated methods run: "auto" | "off" | "mambaextend" | "longmamba" |
+            "both"
     Return:
         (b, d) final-normed hidden state at position lengths - 1 of each row (fp32 when residual_in_fp32)
     """
@@ -180,7 +181,8 @@ class VerticalStream:
     """
 
     def __init__(self, model: Mamba2Encoder, vertical_chunk_size: int | None = None, backend: str = "auto",
-                 total_length: int | None = None, chunk_size: int | None = None, context_extension: str = "auto"):
+                 total_length: int | None = None, chunk_size: int | None = None,
+                 context_extension: str = "auto"):
         V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
             1, model.config.chunk_size)
         if V < 1:

@@ -36,8 +36,9 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     model_name: str
     """Model folder or Hugging Face id (any format ``Embedder.from_pretrained`` reads)."""
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """``Embedder.from_pretrained``'s options (``recemb.core.options.MODEL_OPTIONS``): device, dtype, tokenizer,
-    hub options, and this instance's own vertical_chunk_size, backend, chunk_size, max_length, context_extension."""
+    """``Embedder.from_pretrained``'s options (``recemb.core.options.MODEL_OPTIONS``): device, dtype,
+    tokenizer, hub options, and this instance's own vertical_chunk_size, backend, chunk_size, max_length,
+    context_extension."""
     encode_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Encoding options: batch_size, show_progress_bar, vertical_chunk_size, max_length."""
     query_instruction: str | None = None

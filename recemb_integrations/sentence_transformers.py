@@ -28,8 +28,8 @@ from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
 from recemb.core.vertical import pad_right  # noqa: E402
 
 # model_kwargs: from_pretrained's options except the hub ones, which sentence-transformers passes itself; plus
-# transformers' spelling torch_dtype. (sentence-transformers' own ``backend`` kwarg is its inference framework; ours
-# travels in model_kwargs.)
+# transformers' spelling torch_dtype. (sentence-transformers' own ``backend`` kwarg is its inference
+# framework; ours travels in model_kwargs.)
 MODULE_MODEL_KWARGS = tuple(k for k in MODEL_OPTIONS if k not in HUB_OPTIONS) + ("torch_dtype",)
 
 CONFIG_FILE = "recemb_config.json"  # never config.json: that name is transformers' Mamba2 config in the same folder
@@ -83,7 +83,7 @@ class RecEmbModule(_st_modules.InputModule):
         return features
 
     def set_context_extension(self, mode: str) -> None:
-        """MambaExtend / LongMamba switch for the calibrated artifacts in the model folder (this module's own)."""
+        """MambaExtend / LongMamba switch for the calibrated artifacts in the model folder (this module's)."""
         self.embedder.set_context_extension(mode)
 
     def get_embedding_dimension(self) -> int:
@@ -109,12 +109,14 @@ class RecEmbModule(_st_modules.InputModule):
         model_kwargs: dict[str, Any] | None = None,
         **kwargs,
     ) -> "RecEmbModule":
-        """``model_kwargs`` takes ``Embedder.from_pretrained``'s options but the hub ones (``MODULE_MODEL_KWARGS``):
-        ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan: "auto" | "torch" | "triton"), ``chunk_size``,
-        ``context_extension`` ("auto" | "off" | "mambaextend" | "longmamba" | "both", see
+        """``model_kwargs`` takes ``Embedder.from_pretrained``'s options but the hub ones
+        (``MODULE_MODEL_KWARGS``):
+        ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan: "auto" | "torch" | "triton"),
+        ``chunk_size``, ``context_extension`` ("auto" | "off" | "mambaextend" | "longmamba" | "both", see
         ``Embedder.set_context_extension``), ... sentence-transformers' own ``backend`` kwarg is its inference
         framework and is not ours."""
-        # Offline, the cache is asked directly: asking the hub first logs "Could not reach the Hub" per lookup.
+        # Offline, the cache is asked directly: asking the hub first logs "Could not reach the Hub" per
+        # lookup.
         hub = dict(subfolder=subfolder, token=token, cache_folder=cache_folder, revision=revision,
                    local_files_only=local_files_only or hub_offline())
         folder = cls.load_dir_path(model_name_or_path, **hub)
@@ -122,7 +124,8 @@ class RecEmbModule(_st_modules.InputModule):
         mk = dict(model_kwargs or {})
         unknown = sorted(set(mk) - set(MODULE_MODEL_KWARGS))
         if unknown:
-            raise TypeError(f"unknown model_kwargs for RecEmbModule: {unknown}; allowed: {sorted(MODULE_MODEL_KWARGS)}")
+            raise TypeError(f"unknown model_kwargs for RecEmbModule: {unknown}; "
+                            f"allowed: {sorted(MODULE_MODEL_KWARGS)}")
         if "torch_dtype" in mk:
             mk.setdefault("dtype", mk.pop("torch_dtype"))
         embedder = Embedder.from_pretrained(folder, **mk)
