@@ -75,9 +75,16 @@ def test_shares_the_model_with_langchain_adapter():
     pytest.importorskip("langchain_core")
     from recemb_integrations.langchain import RecEmbEmbeddings
 
-    li = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
-    lc = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    li = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "chunk_size": 3})
+    lc = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "context_extension": "off"})
     assert li.embedder.model is lc._embedder.model
+    # Each keeps the settings it was given (the option list is recemb.core.options.MODEL_OPTIONS for both).
+    assert (li.embedder.chunk_size, lc._embedder.chunk_size) == (3, None)
+    texts = ["a first text", "a second, longer text about tides and the moon"]
+    np.testing.assert_array_equal(lc.embed_documents(texts),
+                                  Embedder.from_pretrained(tiny_model_dir(), device="cpu").encode(texts))
+    np.testing.assert_array_equal(li._get_text_embeddings(texts),
+                                  Embedder.from_pretrained(tiny_model_dir(), device="cpu", chunk_size=3).encode(texts))
 
 
 def corpus(b_text="Tides follow the moon. Spring tides come at new and full moon."):
