@@ -1,0 +1,136 @@
+"""Do two commits embed alike? Embeddings of the working tree against those of another commit, bit for bit.
+
+    python3 benchmarks/same_outputs.py --against ee08b33
+
+For refactors that must not change a single output. The other commit is checked out into a temporary git
+worktree and imported from there (the editable install is bypassed), each side runs the same probes in its own
+process, and a table says, per probe, whether the arrays are identical or how far apart they are:
+
+- the bundled model: documents (short, a few thousand and 35,000 characters), queries with an E5 instruction,
+  V = 7, and a 300,000-character text (the streaming path);
+- a tiny random Mamba2 (tests/utils.py) in transformers format: the default and chunk_size = 3;
+- the tiny model with LongMamba artifacts (every mode's filter keyed by the whole length) on token ids and texts;
+- the tiny model with MambaExtend + LongMamba on a batch of inputs all longer than min_length, and on one of
+  inputs all shorter (which #19 changed on purpose: MambaExtend no longer scales them, so against a commit before
+  it this probe differs and the exit status is 1).
+
+Needs ../shared/data/long (the books). Prints the table; writes nothing but temporary files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBES = r'''
+import os, shutil, sys, tempfile
+if os.environ.get("RECEMB_OLD_TREE"):  # import the other commit's code, not the editable install
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+from pathlib import Path
+import numpy as np
+import torch
+from recemb.core import Embedder
+from recemb.core.context_extension import ContextExtension
+sys.path.insert(0, sys.argv[2])  # tests/utils.py copied alone: the repository root would shadow "kernels"
+from tutils import SAMPLE_TEXT, save_transformers_checkpoint, transformers_model
+
+out = {}
+book = sorted(Path(sys.argv[3]).glob("*.txt"))[0].read_text(encoding="utf-8")
+texts = ["a query about tides", "", book[:3000], book[5000:40000], SAMPLE_TEXT]
+emb = Embedder.from_pretrained("recemb-mamba2-mini", device="cpu")
+out["bundled documents"] = emb.encode(texts, show_progress_bar=False)
+out["bundled queries (SciFact)"] = emb.encode_queries(texts[:3], instruction="SciFact", show_progress_bar=False)
+out["bundled V=7"] = emb.encode(texts[:3], vertical_chunk_size=7, show_progress_bar=False)
+out["bundled 300K-char stream"] = emb.encode([book[:300_000]], show_progress_bar=False)
+tmp = Path(tempfile.mkdtemp())
+folder = save_transformers_checkpoint(transformers_model("g1"), tmp / "m")
+tiny_texts = texts[:3] + [SAMPLE_TEXT * 3]
+out["tiny"] = Embedder.from_pretrained(folder, device="cpu", backend="torch").encode(tiny_texts)
+out["tiny chunk_size=3"] = Embedder.from_pretrained(folder, device="cpu", backend="torch", chunk_size=3).encode(
+    tiny_texts)
+torch.manual_seed(0)
+ids = torch.randint(3, 300, (4, 70)).tolist()
+lm = tmp / "longmamba"
+shutil.copytree(folder, lm)
+torch.manual_seed(1)
+ContextExtension(global_heads=[[True, False, True, True], [False, True, True, False]],
+                 thresholds={16: (torch.rand(2, 4) * 0.3).tolist(), 64: (torch.rand(2, 4) * 0.6).tolist()},
+                 train_length=8, min_length=12).save(lm)
+e = Embedder.from_pretrained(lm, device="cpu", backend="torch")
+out["tiny + LongMamba, ids"] = e.embed_token_ids([s[:n] for s, n in zip(ids, (70, 33, 9, 20))],
+                                                 vertical_chunk_size=16).numpy()
+out["tiny + LongMamba, texts"] = e.encode(tiny_texts)
+both = tmp / "both"
+shutil.copytree(lm, both)
+ext = ContextExtension.load(lm)
+ext.delta_scale = [0.7, 1.6]
+ext.save(both)
+e = Embedder.from_pretrained(both, device="cpu", backend="torch")
+out["tiny + both methods, long inputs"] = e.embed_token_ids([s[:n] for s, n in zip(ids, (70, 33, 20, 12))],
+                                                            vertical_chunk_size=16).numpy()
+# Issue #19 changed this one on purpose: MambaExtend no longer scales inputs shorter than min_length.
+out["tiny + both methods, short inputs"] = e.embed_token_ids([s[:n] for s, n in zip(ids, (11, 9, 5, 2))],
+                                                             vertical_chunk_size=16).numpy()
+np.savez(sys.argv[1], **{k.replace(" ", "_"): v for k, v in out.items()}, names=np.array(list(out)))
+'''
+
+
+def run_probes(tree: Path | None, out: Path, work: Path, data: Path) -> None:
+    env = dict(os.environ)
+    if tree is not None:  # a package folder laid out as installed: recemb/{core,kernels,models}, recemb_integrations
+        pkg = work / "old-package"
+        (pkg / "recemb").mkdir(parents=True)
+        (pkg / "recemb" / "__init__.py").write_text((tree / "recemb" / "__init__.py").read_text())
+        for name, source in (("core", tree / "core"), ("kernels", tree / "kernels"),
+                             ("models", tree / "recemb" / "models")):
+            (pkg / "recemb" / name).symlink_to(source)
+        (pkg / "recemb_integrations").symlink_to(tree / "recemb_integrations")
+        env.update(PYTHONPATH=str(pkg), RECEMB_OLD_TREE="1")
+    script = work / "probes.py"
+    script.write_text(PROBES)
+    subprocess.run([sys.executable, str(script), str(out), str(work / "utils"), str(data)], check=True, env=env,
+                   cwd=work)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", required=True, help="the other commit (a revision git understands)")
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "long"), help="the books")
+    args = parser.parse_args()
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="recemb-same-") as tmp:
+        work = Path(tmp)
+        (work / "utils").mkdir()
+        (work / "utils" / "tutils.py").write_text((ROOT / "tests" / "utils.py").read_text())
+        tree = work / "other"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), args.against],
+                       check=True)
+        try:
+            run_probes(tree, work / "other.npz", work, Path(args.data))
+            run_probes(None, work / "this.npz", work, Path(args.data))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+        other, this = np.load(work / "other.npz"), np.load(work / "this.npz")
+        print(f"| probe (working tree vs {args.against}) | shape | result |\n|---|---|---|")
+        differing = 0
+        for name in this["names"]:
+            key = str(name).replace(" ", "_")
+            a, b = other[key], this[key]
+            if a.shape == b.shape and np.array_equal(a, b):
+                verdict = "identical"
+            else:
+                differing += 1
+                verdict = "shape differs" if a.shape != b.shape else f"max |diff| {np.abs(a - b).max():.3g}"
+            print(f"| {name} | {tuple(b.shape)} | {verdict} |")
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
