@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from recemb.core.context_extension import ContextExtension, DeltaControl, apply_delta_control, resolve_mode
+from recemb.core.encoder import ChunkRun
 from recemb.core.model import Mamba2Encoder
 from recemb.core.vertical import encode_vertical
 from recemb.kernels import prepare_dt
@@ -49,14 +50,14 @@ def record_delta(model: Mamba2Encoder, input_ids: torch.Tensor, backend: str = "
 
         def hook(_module, _inputs, output, mixer=mixer, i=i):
             # The mixer's own Δ path: softplus(dt + bias), then the MambaExtend scale (no filtering, no limit).
-            dt = prepare_dt(output[..., -mixer.nheads:], mixer.dt_bias, dt_softplus=True)
+            dt = prepare_dt(output[..., mixer.config.in_proj_rows["dt"]], mixer.dt_bias, dt_softplus=True)
             if scales is not None:
                 dt = apply_delta_control(dt, DeltaControl(scale=scales[i]))
             recorded.append(dt[0])  # (l, h)
 
         hooks.append(mixer.in_proj.register_forward_hook(hook))
     try:
-        model.forward_chunk(input_ids, None, backend=backend)  # no deltas: the plain forward
+        model.forward_chunk(input_ids, None, ChunkRun(backend=backend))  # no deltas: the plain forward
     finally:
         for h in hooks:
             h.remove()
@@ -234,8 +235,8 @@ def calibrate_mambaextend(
             for doc, target in zip(long_docs, targets):
                 ids = torch.as_tensor(doc, dtype=torch.long, device=device)[None]
                 deltas = [DeltaControl(scale=params[i].to(device)) for i in range(n_layers)]
-                h, _ = model.forward_chunk(ids, None, backend=backend, deltas=deltas)
-                e = model.norm_f(h[0, -1]).float()
+                h, _ = model.forward_chunk(ids, None, ChunkRun(backend=backend, deltas=deltas))
+                e = model.final_norm(h[0, -1]).float()
                 loss = (1 - F.cosine_similarity(e, target.to(device), dim=0)) / len(long_docs)
                 loss.backward()
                 total += float(loss.detach())
@@ -295,6 +296,9 @@ def calibrate(
         raise ValueError(f"method must be 'longmamba', 'mambaextend' or 'both', got {method!r}")
     if not texts:
         raise ValueError("calibration needs texts")
+    if not isinstance(embedder.model, Mamba2Encoder):  # both methods act on Mamba2's Δ
+        raise ValueError(f"context extension (MambaExtend, LongMamba) exists for Mamba2 only; this model is "
+                         f"{embedder.config.model_type!r}")
     model, eos = embedder.model, embedder.tokenizer.eos_token_id
     stream: list[int] = []
     for ids in embedder.tokenize(list(texts)):

@@ -71,6 +71,26 @@ class Mamba2Config:
     def in_proj_size(self) -> int:  # rows of in_proj: z, xBC, dt
         return self.intermediate_size + self.conv_dim + self.num_heads
 
+    @property
+    def in_proj_rows(self) -> dict[str, slice]:
+        """Where each part of in_proj's output lives, in order: z (I), then xBC (the conv's input: x (I), B (g·n),
+        C (g·n)), then dt (h). The one definition of the layout: the mixer, calibration, the mini-model
+        initialiser and the loader's shape errors read it here."""
+        inner, gn = self.intermediate_size, self.n_groups * self.state_size
+        return {"z": slice(0, inner), "xBC": slice(inner, inner + self.conv_dim), "x": slice(inner, 2 * inner),
+                "B": slice(2 * inner, 2 * inner + gn), "C": slice(2 * inner + gn, 2 * inner + 2 * gn),
+                "dt": slice(inner + self.conv_dim, self.in_proj_size)}
+
+    def describe_in_proj(self) -> str:
+        """The layout as a sentence for error messages."""
+        return (f"in_proj rows = z I + x I + B g*n + C g*n + dt h = {self.intermediate_size} + "
+                f"{self.intermediate_size} + {self.n_groups}*{self.state_size} + {self.n_groups}*{self.state_size} "
+                f"+ {self.num_heads}")
+
+    @property
+    def model_type(self) -> str:
+        return "mamba2"
+
     # ------------------------------------------------------------------ formats
     @classmethod
     def from_transformers_dict(cls, d: dict[str, Any]) -> "Mamba2Config":

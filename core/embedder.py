@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from recemb.core.context_extension import resolve_mode
 from recemb.core.loading import load_pretrained
-from recemb.core.model import Mamba2Encoder
+from recemb.core.encoder import RecurrentEncoder
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
 from recemb.core.tokenizer import TextTokenizer
@@ -26,7 +26,7 @@ STREAM_MIN_CHARS = 1 << 18
 
 
 class Embedder:
-    """A Mamba2 text embedder with constant memory in the input length.
+    """A recurrent text embedder (Mamba2, xLSTM, RWKV-7) with constant memory in the input length.
 
     Args:
         model: the backbone. It may be shared with other Embedders (``shared_embedder``): every setting
@@ -44,7 +44,7 @@ class Embedder:
 
     def __init__(
         self,
-        model: Mamba2Encoder,
+        model: RecurrentEncoder,
         tokenizer: TextTokenizer | None = None,
         vertical_chunk_size: int | None = None,
         backend: str = "auto",
@@ -123,11 +123,11 @@ class Embedder:
 
     @property
     def device(self) -> torch.device:
-        return self.model.embeddings.weight.device
+        return self.model.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.embeddings.weight.dtype
+        return self.model.dtype
 
     @property
     def config(self):

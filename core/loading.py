@@ -11,6 +11,7 @@ Formats read:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -20,13 +21,18 @@ import torch
 
 from recemb.core.config import ConfigError, Mamba2Config
 from recemb.core.context_extension import ContextExtension
+from recemb.core.encoder import RecurrentEncoder
 from recemb.core.model import Mamba2Encoder
 from recemb.core.tokenizer import TextTokenizer
 
+# Architectures besides Mamba2 (which loads here). Each module has detect(folder) -> format name or None and
+# load(folder, format, device, dtype) -> its RecurrentEncoder.
+OTHER_ARCHITECTURES = ("recemb.core.xlstm", "recemb.core.rwkv7")
 FORMATS_HELP = (
-    "recemb reads: transformers Mamba2 (config.json with model_type 'mamba2' + model.safetensors, a sharded "
-    "model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json with ssm_cfg + pytorch_model.bin), "
-    "and mistral_inference (params.json + consolidated.safetensors)"
+    "recemb reads Mamba2, xLSTM and RWKV-7: transformers Mamba2 (config.json with model_type 'mamba2' + "
+    "model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json with ssm_cfg + pytorch_model.bin), "
+    "mistral_inference (params.json + consolidated.safetensors); transformers xLSTM (config.json with model_type "
+    "'xlstm'); RWKV-7 as the rwkv package's .pth or flash-linear-attention's format (model_type 'rwkv7')"
 )
 WEIGHT_FILES = {
     "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -124,7 +130,7 @@ def load_pretrained(
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
     local_files_only: bool | None = None,
-) -> tuple[Mamba2Encoder, TextTokenizer | None]:
+) -> tuple[RecurrentEncoder, TextTokenizer | None]:
     """The model and tokenizer of a folder, bundled name or hub id: the one loader behind
     ``Embedder.from_pretrained`` and ``shared_embedder`` (its options are
     ``recemb.core.options.LOAD_OPTIONS``).
@@ -152,8 +158,8 @@ def detect_format(folder: Path) -> str:
         if "ssm_cfg" in d:
             return "mamba_ssm"
         raise ConfigError(
-            f"{config_path} is neither a transformers Mamba2 config (model_type 'mamba2', found "
-            f"{d.get('model_type')!r}) nor a mamba_ssm config (ssm_cfg). {FORMATS_HELP}"
+            f"{config_path}: model_type {d.get('model_type')!r} is not an architecture recemb runs (mamba2, "
+            f"xlstm, rwkv7; or a mamba_ssm config with ssm_cfg). {FORMATS_HELP}"
         )
     if (folder / "params.json").is_file():
         return "codestral"
@@ -223,8 +229,41 @@ def load_encoder(
     folder: str | os.PathLike,
     device: str | torch.device,
     dtype: torch.dtype | None = None,
+) -> RecurrentEncoder:
+    """The encoder of a model folder, its architecture picked from the checkpoint (config.json's model_type, or
+    the files: params.json for mistral_inference Mamba2, a .pth for RWKV-7); an unknown one is refused by name.
+
+    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
+    """
+    folder = Path(folder)
+    device = torch.device(device)
+    architecture, fmt = detect_architecture(folder)
+    if architecture == "mamba2":
+        return load_mamba2(folder, device, dtype)
+    model = importlib.import_module(f"recemb.core.{architecture}").load(folder, fmt, device, dtype)
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def detect_architecture(folder: str | os.PathLike) -> tuple[str, str]:
+    """(architecture, format) of a model folder: ("mamba2", "transformers" | "mamba_ssm" | "codestral"),
+    ("xlstm", ...) or ("rwkv7", ...); a clear error for anything else."""
+    folder = Path(folder)
+    for name in OTHER_ARCHITECTURES:
+        if importlib.util.find_spec(name) is None:  # TEMPORARY while the modules are written
+            continue
+        fmt = importlib.import_module(name).detect(folder)
+        if fmt is not None:
+            return name.rsplit(".", 1)[-1], fmt
+    return "mamba2", detect_format(folder)
+
+
+def load_mamba2(
+    folder: str | os.PathLike,
+    device: str | torch.device,
+    dtype: torch.dtype | None = None,
 ) -> Mamba2Encoder:
-    """Build a ``Mamba2Encoder`` from a model folder in any supported format, with the folder's calibrated
+    """Build a ``Mamba2Encoder`` from a model folder in any Mamba2 format, with the folder's calibrated
     context-extension artifacts attached (``context_extension.json``; which methods run is each caller's
     choice).
 
@@ -278,8 +317,7 @@ def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], sourc
         if got != tuple(ref.shape):
             hint = ""
             if key.endswith("in_proj.weight"):
-                hint = (f" (in_proj rows = 2*I + 2*g*n + h = 2*{c.intermediate_size} + 2*{c.n_groups}*"
-                        f"{c.state_size} + {c.num_heads}; check n_groups and state_size)")
+                hint = f" ({c.describe_in_proj()}; check n_groups and state_size)"
             elif key.endswith("conv1d.weight"):
                 hint = f" (conv rows = I + 2*g*n = {c.intermediate_size} + 2*{c.n_groups}*{c.state_size})"
             raise CheckpointError(

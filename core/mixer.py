@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 
 from recemb.core.config import Mamba2Config
-from recemb.core.context_extension import DeltaControl, apply_delta_control
+from recemb.core.context_extension import apply_delta_control
+from recemb.core.encoder import ChunkRun
 from recemb.core.state import LayerState
 from recemb.kernels import causal_conv1d, gated_rms_norm, resolve_backend, ssd_chunk_scan
 from recemb.kernels import prepare_dt
@@ -66,10 +67,11 @@ class Mamba2Mixer(nn.Module):
     """in_proj -> (z, xBC, dt) -> causal conv1d (carried state) -> SiLU -> (x, B, C) -> SSD scan (carried state)
     -> gated RMSNorm(y, z) -> out_proj."""
 
-    def __init__(self, config: Mamba2Config):
+    def __init__(self, config: Mamba2Config, layer_idx: int = 0):
         super().__init__()
         c = config
         self.config = c
+        self.layer_idx = layer_idx  # which of ChunkRun's per-layer Δ controls is this layer's
         self.d_inner = c.intermediate_size  # I
         self.nheads, self.headdim = c.num_heads, c.head_dim  # h, p
         self.ngroups, self.d_state = c.n_groups, c.state_size  # g, n
@@ -95,25 +97,24 @@ class Mamba2Mixer(nn.Module):
             return min(self.config.chunk_size, TORCH_SCAN_CHUNK_SIZE)
         return self.config.chunk_size
 
-    def forward(
-        self, u: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
-        delta: DeltaControl | None = None, workspace: Workspace | None = None, chunk_size: int | None = None,
-    ) -> tuple[torch.Tensor, LayerState]:
-        """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence);
-        delta: the context-extension Δ hook for this layer (None: the plain mixer);
-        chunk_size: the scan's chunk length q (None: ``chunk_size_for``'s default), per call so that callers
-        sharing the model may differ;
-        workspace: scratch buffers reused across calls (inference on the torch backend; see
-        ``recemb.kernels.workspace``); out is then a workspace buffer, valid until the next call.
+    def forward(self, u: torch.Tensor, state: LayerState | None = None, run: ChunkRun | None = None
+                ) -> tuple[torch.Tensor, LayerState]:
+        """u: (b, l, d); state: the layer's state before token 0 of u (None = start of sequence); run: the call's
+        backend, scratch workspace, scan chunk length and Δ controls (``ChunkRun``; this layer's is
+        ``run.delta(layer_idx)``). With a workspace (inference on the torch backend) out is a workspace buffer,
+        valid until the next call.
 
         Return: out (b, l, d) in u.dtype, and the state after the last token of u.
         """
+        run = run or ChunkRun()
+        backend, workspace, delta = run.backend, run.workspace, run.delta(self.layer_idx)
         b, l, _ = u.shape
         h, p, g, n = self.nheads, self.headdim, self.ngroups, self.d_state
         if workspace is not None and (torch.is_grad_enabled() or resolve_backend(backend, u.device) != "torch"):
             workspace = None  # only the torch inference path writes into scratch buffers
         zxbcdt = _linear(self.in_proj, u, workspace, "in_proj")  # (b, l, I + conv_dim + h)
-        z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, h], dim=-1)
+        rows = self.config.in_proj_rows
+        z, xBC, dt = zxbcdt[..., rows["z"]], zxbcdt[..., rows["xBC"]], zxbcdt[..., rows["dt"]]
         xBC, conv_state = causal_conv1d(
             xBC, self.conv1d.weight[:, 0, :], self.conv1d.bias,
             conv_state=None if state is None else state.conv_state, activation="silu", backend=backend,
@@ -127,7 +128,7 @@ class Mamba2Mixer(nn.Module):
             dt_bias, dt_softplus, dt_limit = None, False, (0.0, float("inf"))
         y, ssm_state = ssd_chunk_scan(
             x.reshape(b, l, h, p), dt, A, B.reshape(b, l, g, n), C.reshape(b, l, g, n),
-            self.chunk_size_for(u.device, backend, chunk_size), D=self.D, dt_bias=dt_bias,
+            self.chunk_size_for(u.device, backend, run.chunk_size), D=self.D, dt_bias=dt_bias,
             dt_softplus=dt_softplus, dt_limit=dt_limit,
             initial_states=None if state is None else state.ssm_state,
             return_final_states=True, backend=backend, out_dtype=torch.float32, workspace=workspace,
@@ -153,22 +154,20 @@ def _linear(layer: nn.Linear, x: torch.Tensor, workspace: Workspace | None, name
 class Mamba2Block(nn.Module):
     """h + mixer(norm(h)); the residual stream is fp32 when ``residual_in_fp32``."""
 
-    def __init__(self, config: Mamba2Config):
+    def __init__(self, config: Mamba2Config, layer_idx: int = 0):
         super().__init__()
         self.residual_in_fp32 = config.residual_in_fp32
         self.norm = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
-        self.mixer = Mamba2Mixer(config)
+        self.mixer = Mamba2Mixer(config, layer_idx)
 
-    def forward(
-        self, h: torch.Tensor, state: LayerState | None = None, backend: str = "auto",
-        delta: DeltaControl | None = None, workspace: Workspace | None = None, chunk_size: int | None = None,
-    ) -> tuple[torch.Tensor, LayerState]:
-        """h (b, l, d), the residual stream. With a ``workspace`` (inference) h is the caller's scratch too: the
-        residual sum is written into it when its dtype allows."""
+    def forward(self, h: torch.Tensor, state: LayerState | None = None, run: ChunkRun | None = None
+                ) -> tuple[torch.Tensor, LayerState]:
+        """h (b, l, d), the residual stream. With a workspace in ``run`` (inference) h is the caller's scratch
+        too: the residual sum is written into it when its dtype allows."""
+        run = run or ChunkRun()
         residual = h.float() if self.residual_in_fp32 else h
-        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype), workspace), state, backend=backend,
-                                delta=delta, workspace=workspace, chunk_size=chunk_size)
-        if workspace is not None and not torch.is_grad_enabled() and residual.dtype == torch.promote_types(
+        out, state = self.mixer(self.norm(h.to(self.norm.weight.dtype), run.workspace), state, run)
+        if run.workspace is not None and not torch.is_grad_enabled() and residual.dtype == torch.promote_types(
                 residual.dtype, out.dtype):
             return residual.add_(out), state
         return residual + out, state

@@ -11,25 +11,23 @@ import torch.nn as nn
 
 from recemb.core.config import Mamba2Config
 from recemb.core.context_extension import ContextExtension, DeltaControl, resolve_mode
+from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.core.mixer import Mamba2Block, RMSNorm
 from recemb.core.state import LayerState, ModelState
-from recemb.kernels.workspace import Workspace
 
 
-class Mamba2Encoder(nn.Module):
+class Mamba2Encoder(RecurrentEncoder):
+    """Mamba2 as a ``RecurrentEncoder`` (``core/encoder.py``): the one architecture with context extension."""
+
     def __init__(self, config: Mamba2Config):
         super().__init__()
         self.config = config
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(Mamba2Block(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(Mamba2Block(config, i) for i in range(config.num_hidden_layers))
         self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
         # Calibrated MambaExtend / LongMamba artifacts (loaded with the model, shared by its callers); each
         # call says which methods run (``delta_controls``). None: plain Mamba2 whatever the mode.
         self.context_extension: ContextExtension | None = None
-
-    @property
-    def dim(self) -> int:
-        return self.config.hidden_size
 
     def delta_controls(self, full_lengths: torch.Tensor, context_extension: str = "auto"
                        ) -> list[DeltaControl | None] | None:
@@ -40,36 +38,31 @@ class Mamba2Encoder(nn.Module):
         return self.context_extension.layer_controls(full_lengths, self.embeddings.weight.device,
                                                      context_extension)
 
-    def forward_chunk(
-        self, input_ids: torch.Tensor, states: ModelState | None = None, backend: str = "auto",
-        deltas: list[DeltaControl | None] | None = None, workspace: Workspace | None = None,
-        chunk_size: int | None = None,
-    ) -> tuple[torch.Tensor, ModelState]:
+    def forward_chunk(self, input_ids: torch.Tensor, states: ModelState | None = None, run: ChunkRun | None = None
+                      ) -> tuple[torch.Tensor, ModelState]:
         """Run one chunk of tokens through every layer.
 
         input_ids: (b, l); states: one LayerState per layer, the state before this chunk (None = start);
-        deltas: per-layer context-extension hooks (``delta_controls``), None for the plain model;
-        chunk_size: the SSD scan's chunk length q (numerics only); None: per backend
-            (``Mamba2Mixer.chunk_size_for``);
-        workspace: scratch buffers shared by the layers and reused by later chunks (inference on the CPU; see
-        ``recemb.kernels.workspace``). The returned stream and states never live in it.
+        run: the call's backend, workspace, scan chunk length and Δ controls (``ChunkRun``). The returned stream
+        and states never live in the workspace.
         Return: the residual stream after the last layer (b, l, d), before the final norm, and the new states.
         """
+        run = run or ChunkRun()
         h = self.embeddings(input_ids)  # (b, l, d), a fresh tensor the layers may update in place
         new_states: ModelState = []
         for i, layer in enumerate(self.layers):
-            h, s = layer(h, None if states is None else states[i], backend=backend,
-                         delta=None if deltas is None else deltas[i], workspace=workspace,
-                         chunk_size=chunk_size)
+            h, s = layer(h, None if states is None else states[i], run)
             new_states.append(s)
         return h, new_states
 
-    def forward(self, input_ids: torch.Tensor, backend: str = "auto", chunk_size: int | None = None
-                ) -> torch.Tensor:
-        """Horizontal forward over the whole input: final-normed hidden states (b, l, d), like Mamba2Model's
-        ``last_hidden_state`` for unpadded input."""
-        h, _ = self.forward_chunk(input_ids, None, backend=backend, chunk_size=chunk_size)
+    def final_norm(self, h: torch.Tensor) -> torch.Tensor:
         return self.norm_f(h)
+
+    def save(self, folder) -> None:
+        """transformers' Mamba2 format: config.json + model.safetensors."""
+        from recemb.core.loading import save_encoder
+
+        save_encoder(self, folder)
 
     def zero_states(self, batch: int, device=None, dtype=None) -> ModelState:
         c = self.config

@@ -15,12 +15,12 @@ import torch
 
 from recemb.core.embedder import Embedder
 from recemb.core.loading import load_pretrained, resolve_device, resolve_dtype
-from recemb.core.model import Mamba2Encoder
+from recemb.core.encoder import RecurrentEncoder
 from recemb.core.options import split_options
 from recemb.core.tokenizer import TextTokenizer
 
 _LOCK = threading.Lock()
-_LOADED: dict[tuple, tuple[Mamba2Encoder, TextTokenizer | None]] = {}
+_LOADED: dict[tuple, tuple[RecurrentEncoder, TextTokenizer | None]] = {}
 
 
 def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedder:

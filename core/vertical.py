@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import torch
 
 from recemb.core.context_extension import resolve_mode
-from recemb.core.model import Mamba2Encoder
+from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.kernels.workspace import Workspace
 
 
@@ -57,7 +57,7 @@ def flush_denormals(device: torch.device) -> Iterator[None]:
 
 @torch.inference_mode()
 def encode_vertical(
-    model: Mamba2Encoder,
+    model: RecurrentEncoder,
     input_ids: torch.Tensor,
     lengths: torch.Tensor,
     vertical_chunk_size: int | None = None,
@@ -124,13 +124,13 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size) 
                 deltas = [None if d is None else d.keep_rows(still_running) for d in deltas]
             active = still_running
         end = min(start + V, int(lens[0]))
-        h, states = model.forward_chunk(ids[:active, start:end], states, backend=backend, deltas=deltas,
-                                        workspace=workspace, chunk_size=chunk_size)  # (a, end-start, d)
+        run = ChunkRun(backend=backend, workspace=workspace, chunk_size=chunk_size, deltas=deltas)
+        h, states = model.forward_chunk(ids[:active, start:end], states, run)  # (a, end-start, d)
         rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
         if rows.numel():
             pos = (last[rows] - start).to(h.device)
             rows_d = rows.to(h.device)
-            out = model.norm_f(h[rows_d, pos])  # final norm only where a sequence ends
+            out = model.final_norm(h[rows_d, pos])  # final norm only where a sequence ends
             if pooled is None:
                 pooled = out.new_empty(b, out.shape[-1])
             pooled[rows_d] = out
@@ -140,7 +140,7 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size) 
 
 
 def pool_last_token(
-    model: Mamba2Encoder, input_ids: torch.Tensor, lengths: torch.Tensor, backend: str = "auto",
+    model: RecurrentEncoder, input_ids: torch.Tensor, lengths: torch.Tensor, backend: str = "auto",
     chunk_size: int | None = None, context_extension: str = "auto",
 ) -> torch.Tensor:
     """Differentiable twin of ``encode_vertical`` for training: one horizontal pass, autograd kept.
@@ -159,10 +159,10 @@ def pool_last_token(
     lengths = lengths.to(device=input_ids.device, dtype=torch.long)
     if int(lengths.min()) < 1 or int(lengths.max()) > T:
         raise ValueError(f"lengths must lie in [1, {T}]")
-    h, _ = model.forward_chunk(input_ids, None, backend=backend, chunk_size=chunk_size,
-                               deltas=model.delta_controls(lengths.cpu(), context_extension))
+    h, _ = model.forward_chunk(input_ids, None, ChunkRun(backend=backend, chunk_size=chunk_size,
+                                                         deltas=model.delta_controls(lengths.cpu(), context_extension)))
     last = h[torch.arange(b, device=h.device), lengths - 1]  # (b, d): padding after EOS cannot reach it (causal)
-    return model.norm_f(last)
+    return model.final_norm(last)
 
 
 class VerticalStream:
@@ -180,7 +180,7 @@ class VerticalStream:
         chunk_size, context_extension: as in ``encode_vertical``
     """
 
-    def __init__(self, model: Mamba2Encoder, vertical_chunk_size: int | None = None, backend: str = "auto",
+    def __init__(self, model: RecurrentEncoder, vertical_chunk_size: int | None = None, backend: str = "auto",
                  total_length: int | None = None, chunk_size: int | None = None,
                  context_extension: str = "auto"):
         V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
@@ -194,7 +194,7 @@ class VerticalStream:
         self.chunk_size = chunk_size
         self.deltas = None if total_length is None else model.delta_controls(torch.tensor([total_length]),
                                                                              context_extension)
-        self.device = model.embeddings.weight.device
+        self.device = model.device
         self.tokens = 0  # tokens run through the model so far
         self._pending: list[torch.Tensor] = []  # ids not yet run, fewer than V in total between calls
         self._n_pending = 0
@@ -227,14 +227,13 @@ class VerticalStream:
             raise ValueError("no token was fed; every sequence needs at least its EOS token")
         if self.total_length is not None and self.tokens != self.total_length:
             raise ValueError(f"total_length was {self.total_length} but {self.tokens} tokens were fed")
-        return self.model.norm_f(self._last_h)[0]
+        return self.model.final_norm(self._last_h)[0]
 
     @torch.inference_mode()
     def _run(self, chunk: torch.Tensor) -> None:
         with flush_denormals(self.device):
-            h, self._states = self.model.forward_chunk(chunk.to(self.device)[None], self._states,
-                                                       backend=self.backend, deltas=self.deltas,
-                                                       workspace=self._workspace,
-                                                       chunk_size=self.chunk_size)  # (1, l, d)
+            run = ChunkRun(backend=self.backend, workspace=self._workspace, chunk_size=self.chunk_size,
+                           deltas=self.deltas)
+            h, self._states = self.model.forward_chunk(chunk.to(self.device)[None], self._states, run)  # (1, l, d)
         self._last_h = h[:, -1].clone()  # h may live in the workspace, which the next chunk overwrites
         self.tokens += chunk.numel()

@@ -675,16 +675,18 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from recemb.core import Embedder
-    from recemb.core.loading import detect_format, resolve_model_path
+    from recemb.core.loading import detect_architecture, resolve_model_path
 
     folder = resolve_model_path(args.model)
-    fmt = detect_format(folder)
+    architecture, fmt = detect_architecture(folder)
     emb = Embedder.from_pretrained(folder, device="cpu")
     c = emb.config
+    shape = {key: getattr(c, name) for key, name in (("heads", "num_heads"), ("head_dim", "head_dim"),
+                                                     ("state_size", "state_size"), ("n_groups", "n_groups"))
+             if hasattr(c, name)}  # what the architecture has of these
     data = {
-        "model": args.model, "folder": str(folder), "format": fmt, "dim": emb.dim,
-        "layers": c.num_hidden_layers, "heads": c.num_heads, "head_dim": c.head_dim, "state_size": c.state_size,
-        "n_groups": c.n_groups, "vocab_size": c.vocab_size, "chunk_size": c.chunk_size,
+        "model": args.model, "folder": str(folder), "architecture": architecture, "format": fmt, "dim": emb.dim,
+        "layers": c.num_hidden_layers, **shape, "vocab_size": c.vocab_size, "chunk_size": c.chunk_size,
         "parameters": sum(p.numel() for p in emb.model.parameters()),
         "tokenizer": emb.tokenizer is not None,
         "eos_token_id": emb.tokenizer.eos_token_id if emb.tokenizer else None,
@@ -716,7 +718,8 @@ positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 def build_parser() -> argparse.ArgumentParser:
     from recemb.core.options import CONTEXT_EXTENSION_MODES  # one definition of the modes
 
-    parser = argparse.ArgumentParser(prog="recemb", description="Mamba2 text embeddings with constant memory.")
+    parser = argparse.ArgumentParser(prog="recemb", description="Text embeddings from recurrent models (Mamba2, "
+                                     "xLSTM, RWKV-7) with constant memory.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def model_options(p, vertical=True, default="the bundled recemb-mamba2-mini"):
@@ -746,10 +749,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--passage-overlap", type=non_negative_int, help=argparse.SUPPRESS if hidden else
                        "tokens shared by consecutive passages (default: the collection's, else 0)")
 
-    p = commands.add_parser("export", help="write a Mamba2 checkpoint as a sentence-transformers folder",
-                            description="Turn a Mamba2 checkpoint (transformers, mamba_ssm or mistral_inference "
-                            "format) or a recemb folder into a sentence-transformers folder that also loads with "
-                            "transformers' Mamba2Model.")
+    p = commands.add_parser("export", help="write a checkpoint as a sentence-transformers folder",
+                            description="Turn a Mamba2 (transformers, mamba_ssm or mistral_inference format), xLSTM "
+                            "(transformers) or RWKV-7 (.pth or flash-linear-attention) checkpoint, or a recemb "
+                            "folder, into a sentence-transformers folder whose backbone also loads with its own "
+                            "library (transformers' Mamba2Model / xLSTMModel, flash-linear-attention's RWKV7Model).")
     p.add_argument("source", help="model folder or Hugging Face id")
     p.add_argument("destination", help="output folder")
     p.add_argument("--tokenizer", help="tokenizer folder or id, when SOURCE has none (mamba_ssm checkpoints)")

@@ -77,3 +77,20 @@ def test_the_rules_catch_a_wrong_import(tmp_path):
     sample = tmp_path / "x.py"
     sample.write_text("def f():\n    from recemb_integrations.training import train\nimport recemb.core\n")
     assert project_imports(sample) == {"recemb_integrations.training", "recemb.core"}
+
+
+MAMBA2_MODULES = ("recemb.core.model", "recemb.core.mixer", "recemb.core.config", "recemb.core.state")
+# Who may import Mamba2's own classes: Mamba2 itself, its loader, its context-extension calibration, the package's
+# exports, and the maintainer tool that builds the bundled Mamba2. The engine, Embedder and integrations may not.
+MAMBA2_USERS = (*MAMBA2_MODULES, "recemb.core.loading", "recemb.core.calibration", "tools")
+
+
+def test_nothing_outside_mamba2_imports_its_classes():
+    offenders = []
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            name = module_name(path)
+            if name == "recemb.core" or within(name, MAMBA2_USERS):
+                continue
+            offenders += [f"{name} imports {m}" for m in sorted(project_imports(path)) if within(m, MAMBA2_MODULES)]
+    assert not offenders, "\n".join(offenders)

@@ -26,7 +26,9 @@ def apply_lora(encoder: nn.Module, r: int = 16, alpha: int = 16, dropout: float 
     peft = require("peft", "train")
     targets = sorted({name.rsplit(".", 1)[-1] for name, m in encoder.named_modules() if isinstance(m, nn.Linear)})
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none")
-    peft.inject_adapter_in_model(config, encoder)
+    # Into the layers, not the encoder: peft refuses out_proj for any model whose config says model_type "mamba2"
+    # (mamba_ssm's fused CUDA path bypasses it); recemb's mixer calls out_proj as a plain nn.Linear.
+    peft.inject_adapter_in_model(config, encoder.layers)
     for name, p in encoder.named_parameters():
         p.requires_grad = "lora_" in name
     return encoder

@@ -19,6 +19,7 @@ from recemb.core.context_extension import (
     apply_delta_control,
     resolve_mode,
 )
+from recemb.core.encoder import ChunkRun
 from recemb.core.loading import load_encoder
 from recemb.core.vertical import encode_vertical, pool_last_token
 from recemb.kernels import ssd_chunk_scan
@@ -188,7 +189,7 @@ def test_filter_equals_the_skip_loop_inside_the_model(model):
 
     handle = mixer.register_forward_hook(grab)
     try:
-        h, _ = model.forward_chunk(ids, None, "torch", deltas=model.delta_controls(torch.tensor([40])))
+        h, _ = model.forward_chunk(ids, None, ChunkRun(backend="torch", deltas=model.delta_controls(torch.tensor([40]))))
     finally:
         handle.remove()
     # Recompute layer 0's scan by the skip loop from the same projections.

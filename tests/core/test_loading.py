@@ -130,7 +130,7 @@ def test_empty_or_foreign_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json or params.json.*recemb reads"):
         load_encoder(tmp_path, torch.device("cpu"))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(ConfigError, match="neither a transformers Mamba2 config"):
+    with pytest.raises(ConfigError, match="model_type 'bert' is not an architecture recemb runs"):
         load_encoder(tmp_path, torch.device("cpu"))
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from recemb.core import Embedder, Mamba2Config, Mamba2Encoder, encode_vertical
+from recemb.core.encoder import ChunkRun
 from tests.utils import TINY_CONFIGS, assert_close, transformers_model
 
 
@@ -61,7 +62,7 @@ def test_bf16_weights_keep_fp32_residual_and_state():
     ids = torch.randint(3, 320, (1, 20))
     with torch.no_grad():
         expected = ref(ids).last_hidden_state
-        h, states = ours.forward_chunk(ids, backend="torch")
+        h, states = ours.forward_chunk(ids, run=ChunkRun(backend="torch"))
         got = ours.norm_f(h)
     assert h.dtype == torch.float32 and got.dtype == torch.float32
     assert all(s.ssm_state.dtype == torch.float32 for s in states)
@@ -98,8 +99,8 @@ def test_workspace_changes_nothing_chunk_after_chunk(name):
     with torch.inference_mode():
         for start in range(0, 40, 13):
             chunk = ids[:, start : start + 13]
-            h_plain, plain_states = ours.forward_chunk(chunk, plain_states, backend="torch")
-            h_ws, new_ws_states = ours.forward_chunk(chunk, ws_states, backend="torch", workspace=ws)
+            h_plain, plain_states = ours.forward_chunk(chunk, plain_states, ChunkRun(backend="torch"))
+            h_ws, new_ws_states = ours.forward_chunk(chunk, ws_states, ChunkRun(backend="torch", workspace=ws))
             assert torch.equal(h_plain, h_ws)
             for a, b in zip(plain_states, new_ws_states):
                 assert torch.equal(a.conv_state, b.conv_state) and torch.equal(a.ssm_state, b.ssm_state)

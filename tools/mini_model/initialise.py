@@ -184,12 +184,13 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
     with torch.no_grad():
         encoder.embeddings.weight.copy_(torch.from_numpy(emb))
         w_in = torch.zeros(c.in_proj_size, d)
-        # in_proj rows: z [0, I), x [I, 2I) with +s in its first half and -s in its second, B, C, then dt.
-        w_in[:inner, n_sig] = -POOL_GATE / rms_scale  # z = POOL_GATE at the EOS row ([..., -1])
+        rows = c.in_proj_rows  # z, x (+s in its first half, -s in its second), B, C, dt
+        w_in[rows["z"], n_sig] = -POOL_GATE / rms_scale  # z = POOL_GATE at the EOS row ([..., -1])
         eye = torch.eye(n_sig) / rms_scale * POOL_SPREAD
-        w_in[inner:inner + n_sig, :n_sig] = eye
-        w_in[inner + d:inner + d + n_sig, :n_sig] = -eye
-        w_in[inner + conv_dim:, n_sig] = 1.0 / (POOL_ALPHA * rms_scale)  # dt pre-activation = log w
+        x0 = rows["x"].start
+        w_in[x0:x0 + n_sig, :n_sig] = eye
+        w_in[x0 + d:x0 + d + n_sig, :n_sig] = -eye
+        w_in[rows["dt"], n_sig] = 1.0 / (POOL_ALPHA * rms_scale)  # dt pre-activation = log w
         mixer.in_proj.weight.copy_(w_in)
         conv_w = torch.zeros_like(mixer.conv1d.weight)
         conv_w[:inner, 0, -1] = 1.0  # x: the current token only (the last tap of the causal conv)

@@ -1,0 +1,91 @@
+"""What the vertical engine needs of a recurrent model: the protocol every architecture implements.
+
+The vertical loop (``core/vertical.py``), ``Embedder``, the exporters and the integrations use only this; none of
+them imports an architecture's own classes. An architecture (Mamba2 in ``core/model.py``, xLSTM in
+``core/xlstm.py``, RWKV-7 in ``core/rwkv7.py``) subclasses ``RecurrentEncoder`` and provides:
+
+- ``forward_chunk(input_ids (b, l), states, run) -> (h (b, l, d), states)``: embed the ids and run the chunk
+  through every layer; ``states`` is one state object per layer before the chunk (None: the start of the
+  sequence), the return the states after it. ``h`` is the residual stream before the final norm.
+- ``final_norm(h)``: the final norm, applied only at pooled positions.
+- per-layer state objects with ``keep_rows(n)``: the state of the first n rows (finished rows leave from the end).
+- ``config`` with ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``pad_token_id`` and ``chunk_size`` (the
+  chunk length of its chunk-parallel form, which also sets the default V for batches), and ``model_type``.
+- ``save(folder)``: the architecture's own checkpoint format (config.json + model.safetensors), which its loader
+  reads back.
+
+Context extension (MambaExtend, LongMamba) is Mamba2's alone: ``delta_controls`` returns None for every other
+architecture and ``context_extension`` stays None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from recemb.core.context_extension import resolve_mode
+from recemb.kernels.workspace import Workspace
+
+
+@dataclass
+class ChunkRun:
+    """What every layer's forward needs besides its input and state, for one chunk of one call.
+
+    backend: "auto" | "torch" | "triton" (architectures without Triton kernels run torch everywhere);
+    workspace: scratch buffers reused by every layer of every chunk (CPU inference; ``recemb.kernels.workspace``);
+    chunk_size: the chunk length of the chunk-parallel form (numerics only); None: the layer's default;
+    deltas: Mamba2's per-layer context-extension Δ controls (``delta_controls``), None for the plain model.
+    """
+
+    backend: str = "auto"
+    workspace: Workspace | None = None
+    chunk_size: int | None = None
+    deltas: list | None = field(default=None, repr=False)
+
+    def delta(self, layer: int):
+        """Layer ``layer``'s Δ control, or None."""
+        return None if self.deltas is None else self.deltas[layer]
+
+
+class RecurrentEncoder(nn.Module):
+    """Base class of the architectures: the protocol above, plus what all of them share."""
+
+    config: object
+    # Calibrated context-extension artifacts; only Mamba2 has any (``core/context_extension.py``).
+    context_extension = None
+
+    @property
+    def dim(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def forward_chunk(self, input_ids: torch.Tensor, states: list | None = None, run: ChunkRun | None = None
+                      ) -> tuple[torch.Tensor, list]:
+        raise NotImplementedError
+
+    def final_norm(self, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def delta_controls(self, full_lengths: torch.Tensor, context_extension: str = "auto") -> list | None:
+        """Per-layer Δ controls for rows whose whole inputs are ``full_lengths`` tokens; None for the plain model.
+        Architectures without context extension accept "auto" and "off" and return None."""
+        resolve_mode(self.context_extension, context_extension)  # names the missing calibration otherwise
+        return None
+
+    def forward(self, input_ids: torch.Tensor, backend: str = "auto", chunk_size: int | None = None
+                ) -> torch.Tensor:
+        """Horizontal forward over the whole input: final-normed hidden states (b, l, d)."""
+        h, _ = self.forward_chunk(input_ids, None, ChunkRun(backend=backend, chunk_size=chunk_size))
+        return self.final_norm(h)
+
+    def save(self, folder) -> None:
+        raise NotImplementedError
