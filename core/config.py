@@ -174,6 +174,10 @@ class Mamba2Config:
             }
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The config as written to config.json (the protocol's name; for Mamba2, transformers' dict)."""
+        return self.to_transformers_dict()
+
     def to_transformers_dict(self) -> dict[str, Any]:
         """``config.json`` contents loadable by ``transformers.Mamba2Config``."""
         d = {k: v for k, v in asdict(self).items() if k != "extra"}

@@ -10,9 +10,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from recemb.core.context_extension import resolve_mode
 from recemb.core.loading import load_pretrained
-from recemb.core.encoder import RecurrentEncoder
+from recemb.core.encoder import RecurrentEncoder, check_context_extension
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
 from recemb.core.tokenizer import TextTokenizer
@@ -103,13 +102,13 @@ class Embedder:
 
         Other Embedders sharing the model keep their own mode. Either method acts only on inputs of at least
         the calibrated minimum length; shorter ones are embedded by the plain model in every mode."""
-        resolve_mode(self.model.context_extension, mode)  # checks now; resolved again per call
+        check_context_extension(self.model, mode)  # checks now; resolved again per call
         self._context_extension = mode
 
     @property
     def context_extension(self) -> str:
         """The methods that run: "off", "mambaextend", "longmamba" or "both" ("auto" resolved)."""
-        return resolve_mode(self.model.context_extension, self._context_extension)
+        return check_context_extension(self.model, self._context_extension)
 
     def _run_options(self) -> dict:
         """This Embedder's settings, as the engine takes them on every call."""

@@ -9,8 +9,9 @@ them imports an architecture's own classes. An architecture (Mamba2 in ``core/mo
   sequence), the return the states after it. ``h`` is the residual stream before the final norm.
 - ``final_norm(h)``: the final norm, applied only at pooled positions.
 - per-layer state objects with ``keep_rows(n)``: the state of the first n rows (finished rows leave from the end).
-- ``config`` with ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``pad_token_id`` and ``chunk_size`` (the
-  chunk length of its chunk-parallel form, which also sets the default V for batches), and ``model_type``.
+- ``config`` with ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``pad_token_id``, ``chunk_size`` (the
+  chunk length of its chunk-parallel form, which also sets the default V for batches), ``model_type``, and
+  ``to_dict()`` (what ``save`` writes as config.json; collections fingerprint the model by it).
 - ``save(folder)``: the architecture's own checkpoint format (config.json + model.safetensors), which its loader
   reads back.
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from recemb.core.context_extension import resolve_mode
+from recemb.core.context_extension import MODES, resolve_mode
 from recemb.kernels.workspace import Workspace
 
 
@@ -49,12 +50,22 @@ class ChunkRun:
         return None if self.deltas is None else self.deltas[layer]
 
 
+def check_context_extension(model: "RecurrentEncoder", mode: str) -> str:
+    """``mode`` resolved for ``model`` ("off", "mambaextend", "longmamba", "both"); a clear error for a method the
+    architecture does not have or the model has not calibrated."""
+    if not model.supports_context_extension and mode in MODES and mode not in ("auto", "off"):
+        raise ValueError(f"context extension (MambaExtend, LongMamba) exists for Mamba2 only; this model is "
+                         f"{model.config.model_type!r}")
+    return resolve_mode(model.context_extension, mode)
+
+
 class RecurrentEncoder(nn.Module):
     """Base class of the architectures: the protocol above, plus what all of them share."""
 
     config: object
     # Calibrated context-extension artifacts; only Mamba2 has any (``core/context_extension.py``).
     context_extension = None
+    supports_context_extension = False  # MambaExtend and LongMamba act on Mamba2's Δ
 
     @property
     def dim(self) -> int:
@@ -78,7 +89,7 @@ class RecurrentEncoder(nn.Module):
     def delta_controls(self, full_lengths: torch.Tensor, context_extension: str = "auto") -> list | None:
         """Per-layer Δ controls for rows whose whole inputs are ``full_lengths`` tokens; None for the plain model.
         Architectures without context extension accept "auto" and "off" and return None."""
-        resolve_mode(self.context_extension, context_extension)  # names the missing calibration otherwise
+        check_context_extension(self, context_extension)
         return None
 
     def forward(self, input_ids: torch.Tensor, backend: str = "auto", chunk_size: int | None = None

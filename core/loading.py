@@ -31,8 +31,9 @@ OTHER_ARCHITECTURES = ("recemb.core.xlstm", "recemb.core.rwkv7")
 FORMATS_HELP = (
     "recemb reads Mamba2, xLSTM and RWKV-7: transformers Mamba2 (config.json with model_type 'mamba2' + "
     "model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json with ssm_cfg + pytorch_model.bin), "
-    "mistral_inference (params.json + consolidated.safetensors); transformers xLSTM (config.json with model_type "
-    "'xlstm'); RWKV-7 as the rwkv package's .pth or flash-linear-attention's format (model_type 'rwkv7')"
+    "mistral_inference (params.json + consolidated.safetensors); xLSTM as transformers' (config.json with model_type "
+    "'xlstm') or the xlstm package's (config.yaml + model_N.safetensors); RWKV-7 as the rwkv package's .pth or "
+    "flash-linear-attention's format (model_type 'rwkv7')"
 )
 WEIGHT_FILES = {
     "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

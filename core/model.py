@@ -19,6 +19,8 @@ from recemb.core.state import LayerState, ModelState
 class Mamba2Encoder(RecurrentEncoder):
     """Mamba2 as a ``RecurrentEncoder`` (``core/encoder.py``): the one architecture with context extension."""
 
+    supports_context_extension = True
+
     def __init__(self, config: Mamba2Config):
         super().__init__()
         self.config = config

@@ -262,7 +262,7 @@ def model_fingerprint(embedder: Embedder) -> str:
     matches, a different model does not."""
     import torch
 
-    h = hashlib.sha256(json.dumps(embedder.config.to_transformers_dict(), sort_keys=True, default=str).encode())
+    h = hashlib.sha256(json.dumps(embedder.config.to_dict(), sort_keys=True, default=str).encode())
     with torch.no_grad():
         for name, p in sorted(embedder.model.state_dict().items()):
             flat = p.detach().reshape(-1)
