@@ -11,8 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class ConfigError(ValueError):
-    """A checkpoint's config is unsupported or inconsistent."""
+from recemb.core.errors import ConfigError  # noqa: F401  (raised here; imported from here by older code)
 
 
 def _json_float(v: Any) -> float:

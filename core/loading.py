@@ -11,7 +11,6 @@ Formats read:
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import re
@@ -19,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from recemb.core.config import ConfigError, Mamba2Config
+from recemb.core.config import Mamba2Config
+from recemb.core.errors import CheckpointError, ConfigError
 from recemb.core.context_extension import ContextExtension
 from recemb.core.encoder import RecurrentEncoder
 from recemb.core.model import Mamba2Encoder
@@ -61,10 +61,6 @@ def bundled_model_path(name: str) -> Path | None:
 def hub_offline() -> bool:
     """Whether HF_HUB_OFFLINE is set (read now, as the tests set it after huggingface_hub was imported)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
-class CheckpointError(ValueError):
-    """A model folder's files do not fit each other (wrong shapes, missing or unexpected tensors)."""
 
 
 def resolve_model_path(
@@ -251,8 +247,6 @@ def detect_architecture(folder: str | os.PathLike) -> tuple[str, str]:
     ("xlstm", ...) or ("rwkv7", ...); a clear error for anything else."""
     folder = Path(folder)
     for name in OTHER_ARCHITECTURES:
-        if importlib.util.find_spec(name) is None:  # TEMPORARY while the modules are written
-            continue
         fmt = importlib.import_module(name).detect(folder)
         if fmt is not None:
             return name.rsplit(".", 1)[-1], fmt

@@ -40,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
+from recemb.core.errors import CheckpointError, ConfigError
 from recemb.kernels.mlstm import DEFAULT_CHUNK_SIZE, mlstm_chunkwise
 
 FORMATS_HELP = (
@@ -55,19 +56,6 @@ NATIVE_KERNELS = {"chunkwise_kernel": "chunkwise--native_autograd", "sequence_ke
                   "step_kernel": "native"}
 
 
-def _config_error(message: str) -> ValueError:
-    """recemb's ConfigError (a ValueError), imported lazily: it lives beside Mamba2's config, which an architecture
-    may not import, and the loader (which re-exports it) finds this module by name."""
-    from recemb.core.loading import ConfigError
-
-    return ConfigError(message)
-
-
-def _checkpoint_error(message: str) -> ValueError:
-    """recemb's CheckpointError (a ValueError): the folder's files do not fit each other."""
-    from recemb.core.loading import CheckpointError
-
-    return CheckpointError(message)
 
 
 def round_up(x: float, multiple: int) -> int:
@@ -111,18 +99,18 @@ class XLSTMConfig:
 
     def __post_init__(self) -> None:
         if self.weight_mode != "single":
-            raise _config_error(
+            raise ConfigError(
                 f"weight_mode {self.weight_mode!r} is not supported (only 'single': the xlstm package's "
                 "from_pretrained loads single weights only, and transformers' xLSTMModel cannot build 'fused')")
         for name in ("hidden_size", "num_hidden_layers", "num_heads", "vocab_size", "chunk_size"):
             if int(getattr(self, name)) < 1:
-                raise _config_error(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.qk_dim % self.num_heads or self.v_dim % self.num_heads:
-            raise _config_error(
+            raise ConfigError(
                 f"num_heads {self.num_heads} must divide qk_dim = int(hidden_size * qk_dim_factor) = {self.qk_dim} "
                 f"and v_dim = int(hidden_size * v_dim_factor) = {self.v_dim}")
         if self.qk_dim < 1 or self.v_dim < 1:
-            raise _config_error(f"qk_dim {self.qk_dim} and v_dim {self.v_dim} must be >= 1")
+            raise ConfigError(f"qk_dim {self.qk_dim} and v_dim {self.v_dim} must be >= 1")
 
     # Widths as the layers compute them (int(), not transformers' config.qk_dim, which rounds up to 64).
     @property
@@ -150,11 +138,11 @@ class XLSTMConfig:
     def from_transformers_dict(cls, d: dict[str, Any]) -> "XLSTMConfig":
         """transformers ``config.json`` (``model_type: "xlstm"``)."""
         if d.get("model_type") not in (None, "xlstm"):
-            raise _config_error(f"model_type {d.get('model_type')!r} is not 'xlstm'")
+            raise ConfigError(f"model_type {d.get('model_type')!r} is not 'xlstm'")
         d = dict(d)
         hidden, emb = d.pop("hidden_size", None), d.pop("embedding_dim", None)
         if hidden is not None and emb is not None and int(hidden) != int(emb):
-            raise _config_error(f"hidden_size {hidden} and embedding_dim {emb} differ (xLSTMModel would build "
+            raise ConfigError(f"hidden_size {hidden} and embedding_dim {emb} differ (xLSTMModel would build "
                               "embeddings and blocks of different widths)")
         layers, blocks = d.pop("num_hidden_layers", None), d.pop("num_blocks", None)
         kwargs: dict[str, Any] = {}
@@ -174,12 +162,12 @@ class XLSTMConfig:
         """The xlstm package's ``config.yaml`` (``xLSTMLargeConfig`` fields)."""
         missing = [k for k in ("embedding_dim", "num_heads", "num_blocks", "vocab_size") if k not in d]
         if missing:
-            raise _config_error(f"config.yaml lacks {missing} (xLSTMLargeConfig's required fields)")
+            raise ConfigError(f"config.yaml lacks {missing} (xLSTMLargeConfig's required fields)")
         # xLSTMLarge's final norm follows add_out_norm, use_bias and norm_reduction_force_float32; transformers'
         # xLSTMModel (and so this encoder and its export) always has a weight-only fp32 RMSNorm there.
         if not d.get("add_out_norm", True) or d.get("use_bias", False) or not d.get(
                 "norm_reduction_force_float32", True):
-            raise _config_error("xlstm checkpoints with add_out_norm=false, use_bias=true or "
+            raise ConfigError("xlstm checkpoints with add_out_norm=false, use_bias=true or "
                               "norm_reduction_force_float32=false are not supported (transformers' xLSTMModel "
                               "has no equivalent final norm)")
         known = {f for f in cls.__dataclass_fields__ if f != "extra"} - {"hidden_size", "num_hidden_layers"}
@@ -508,9 +496,9 @@ def check_state_dict(model: XLSTMEncoder, state: dict[str, torch.Tensor], source
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing:
-        raise _checkpoint_error(f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. {missing[:4]}")
+        raise CheckpointError(f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. {missing[:4]}")
     if unexpected:
-        raise _checkpoint_error(f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. "
+        raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. "
                               f"{unexpected[:4]} (only mLSTM blocks with weight_mode 'single' are supported)")
     c = model.config
     for key, ref in expected.items():
@@ -526,7 +514,7 @@ def check_state_dict(model: XLSTMEncoder, state: dict[str, torch.Tensor], source
                         f"round_up({c.hidden_size} * {c.ffn_proj_factor}, {c.ffn_round_up_to_multiple_of}))")
             elif "gate_preact" in key:
                 hint = f" (one gate per head: num_heads = {c.num_heads})"
-            raise _checkpoint_error(
+            raise CheckpointError(
                 f"{source}: tensor {key!r} has shape {got}, but the config implies {tuple(ref.shape)}{hint}")
 
 
@@ -552,7 +540,7 @@ def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise _config_error(f"{path} is not valid JSON: {e}") from e
+        raise ConfigError(f"{path} is not valid JSON: {e}") from e
 
 
 def _read_yaml(path: Path) -> dict:
@@ -563,9 +551,9 @@ def _read_yaml(path: Path) -> dict:
     try:
         d = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise _config_error(f"{path} is not valid YAML: {e}") from e
+        raise ConfigError(f"{path} is not valid YAML: {e}") from e
     if not isinstance(d, dict):
-        raise _config_error(f"{path} does not hold a mapping of config fields")
+        raise ConfigError(f"{path} does not hold a mapping of config fields")
     return d
 
 
