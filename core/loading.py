@@ -20,6 +20,7 @@ import torch
 
 from recemb.core.config import Mamba2Config
 from recemb.core.errors import CheckpointError, ConfigError
+from recemb.core.files import checkpoint_dtype, read_json, read_weight_file
 from recemb.core.context_extension import ContextExtension
 from recemb.core.encoder import RecurrentEncoder
 from recemb.core.model import Mamba2Encoder
@@ -149,7 +150,7 @@ def detect_format(folder: Path) -> str:
     """``"transformers"``, ``"mamba_ssm"`` or ``"codestral"``; a clear error otherwise."""
     config_path = folder / "config.json"
     if config_path.is_file():
-        d = _read_json(config_path)
+        d = read_json(config_path, FORMATS_HELP)
         if d.get("model_type") == "mamba2":
             return "transformers"
         if "ssm_cfg" in d:
@@ -166,11 +167,11 @@ def detect_format(folder: Path) -> str:
 def read_config(folder: Path, fmt: str | None = None) -> Mamba2Config:
     fmt = fmt or detect_format(folder)
     if fmt == "transformers":
-        return Mamba2Config.from_transformers_dict(_read_json(folder / "config.json"))
+        return Mamba2Config.from_transformers_dict(read_json(folder / "config.json", FORMATS_HELP))
     if fmt == "mamba_ssm":
-        return Mamba2Config.from_mamba_ssm_dict(_read_json(folder / "config.json"))
+        return Mamba2Config.from_mamba_ssm_dict(read_json(folder / "config.json", FORMATS_HELP))
     if fmt == "codestral":
-        return Mamba2Config.from_codestral_params(_read_json(folder / "params.json"))
+        return Mamba2Config.from_codestral_params(read_json(folder / "params.json", FORMATS_HELP))
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -180,26 +181,19 @@ def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
         path = folder / name
         if path.is_file():
             if name.endswith(".index.json"):
-                weight_map = _read_json(path).get("weight_map", {})
+                weight_map = read_json(path, FORMATS_HELP).get("weight_map", {})
                 state: dict[str, torch.Tensor] = {}
                 for shard in sorted(set(weight_map.values())):
                     shard_path = folder / shard
                     if not shard_path.is_file():
                         raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
-                    state.update(_read_weight_file(shard_path))
+                    state.update(read_weight_file(shard_path))
                 return state
-            return _read_weight_file(path)
+            return read_weight_file(path)
     raise FileNotFoundError(
         f"{folder} has a {fmt} config but no weights: expected one of {', '.join(WEIGHT_FILES[fmt])}. {FORMATS_HELP}"
     )
 
-
-def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path), device="cpu")
-    return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
 
 
 def to_encoder_keys(state: dict[str, torch.Tensor], config: Mamba2Config) -> dict[str, torch.Tensor]:
@@ -284,13 +278,6 @@ def load_mamba2(
     return model.eval()
 
 
-def checkpoint_dtype(config: Mamba2Config, state: dict[str, torch.Tensor]) -> torch.dtype:
-    if config.torch_dtype:
-        dtype = getattr(torch, str(config.torch_dtype).replace("torch.", ""), None)
-        if isinstance(dtype, torch.dtype):
-            return dtype
-    return state["embeddings.weight"].dtype
-
 
 def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], source: Path | str) -> None:
     """Every expected tensor present with the shape the config implies; nothing unexpected."""
@@ -336,8 +323,3 @@ def save_encoder(model: Mamba2Encoder, folder: str | os.PathLike, safe_serializa
         torch.save(state, folder / "pytorch_model.bin")
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())  # Python's json accepts the bare Infinity in Codestral's config
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON: {e}") from e

@@ -59,6 +59,7 @@ import torch.nn.functional as F
 
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.core.errors import CheckpointError, ConfigError
+from recemb.core.files import checkpoint_dtype, read_json, read_weight_file
 from recemb.kernels import BACKENDS
 from recemb.kernels.rwkv7 import DEFAULT_CHUNK_SIZE, rwkv7_chunked
 
@@ -449,7 +450,7 @@ def read_config(folder: Path, fmt: str, state: dict[str, torch.Tensor] | None = 
     """The config of a folder; "rwkv_pth" reads it off the raw tensors (``state``, read when not given)."""
     folder = Path(folder)
     if fmt == "fla":
-        return RWKV7Config.from_fla_dict(_read_json(folder / "config.json"))
+        return RWKV7Config.from_fla_dict(read_json(folder / "config.json", FORMATS_HELP))
     if fmt == "rwkv_pth":
         return RWKV7Config.from_pth_state(read_state_dict(folder, fmt) if state is None else state,
                                           _pth_file(folder))
@@ -460,18 +461,18 @@ def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
     """The raw tensors of the folder's weight file(s) (on the CPU), under the file's own key names."""
     folder = Path(folder)
     if fmt == "rwkv_pth":
-        return _read_weight_file(_pth_file(folder))
+        return read_weight_file(_pth_file(folder))
     for name in FLA_WEIGHT_FILES:
         path = folder / name
         if path.is_file():
             if not name.endswith(".index.json"):
-                return _read_weight_file(path)
-            weight_map = _read_json(path).get("weight_map", {})
+                return read_weight_file(path)
+            weight_map = read_json(path, FORMATS_HELP).get("weight_map", {})
             state: dict[str, torch.Tensor] = {}
             for shard in sorted(set(weight_map.values())):
                 if not (folder / shard).is_file():
                     raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
-                state.update(_read_weight_file(folder / shard))
+                state.update(read_weight_file(folder / shard))
             return state
     raise FileNotFoundError(f"{folder} has an RWKV-7 config.json but no weights: expected one of "
                             f"{', '.join(FLA_WEIGHT_FILES)}. {FORMATS_HELP}")
@@ -566,7 +567,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
     config = read_config(folder, fmt, raw if fmt == "rwkv_pth" else None)
     state = to_encoder_keys(raw, fmt)
     if dtype is None:
-        dtype = torch.float32 if device.type == "cpu" else _checkpoint_dtype(config, state)
+        dtype = torch.float32 if device.type == "cpu" else checkpoint_dtype(config, state)
     with torch.device("meta"):
         model = RWKV7Encoder(config)
     source = _pth_file(folder) if fmt == "rwkv_pth" else folder
@@ -613,30 +614,5 @@ def check_state_dict(model: RWKV7Encoder, state: dict[str, torch.Tensor], source
     return out
 
 
-def _checkpoint_dtype(config: RWKV7Config, state: dict[str, torch.Tensor]) -> torch.dtype:
-    if config.torch_dtype:
-        dtype = getattr(torch, str(config.torch_dtype).replace("torch.", ""), None)
-        if isinstance(dtype, torch.dtype):
-            return dtype
-    return state["embeddings.weight"].dtype
 
 
-def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path), device="cpu")
-    return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing. {FORMATS_HELP}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON: {e}") from e
-
-
-__all__ = ["RWKV7Block", "RWKV7ChannelMix", "RWKV7Config", "RWKV7Encoder", "RWKV7LayerState", "RWKV7State",
-           "RWKV7TimeMix", "detect", "load", "read_config", "read_state_dict", "to_encoder_keys"]

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.core.errors import CheckpointError, ConfigError
+from recemb.core.files import checkpoint_dtype, read_json, read_weight_file
 from recemb.kernels.mlstm import DEFAULT_CHUNK_SIZE, mlstm_chunkwise
 
 FORMATS_HELP = (
@@ -414,7 +415,7 @@ def detect(folder: Path) -> str | None:
 def read_config(folder: Path, fmt: str) -> XLSTMConfig:
     folder = Path(folder)
     if fmt == "transformers":
-        return XLSTMConfig.from_transformers_dict(_read_json(folder / "config.json"))
+        return XLSTMConfig.from_transformers_dict(read_json(folder / "config.json", FORMATS_HELP))
     if fmt == "xlstm":
         return XLSTMConfig.from_xlstm_dict(_read_yaml(folder / "config.yaml"))
     raise ValueError(f"unknown xLSTM format {fmt!r} (expected 'transformers' or 'xlstm')")
@@ -425,7 +426,7 @@ def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
     folder = Path(folder)
     if fmt == "xlstm":
         if (folder / "model.safetensors").is_file():
-            return _read_weight_file(folder / "model.safetensors")
+            return read_weight_file(folder / "model.safetensors")
         shards = []
         while (folder / f"model_{len(shards)}.safetensors").is_file():
             shards.append(folder / f"model_{len(shards)}.safetensors")
@@ -434,19 +435,19 @@ def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
                                     f"or model_0.safetensors, model_1.safetensors, ... {FORMATS_HELP}")
         state: dict[str, torch.Tensor] = {}
         for shard in shards:
-            state.update(_read_weight_file(shard))
+            state.update(read_weight_file(shard))
         return state
     for name in TRANSFORMERS_WEIGHT_FILES:
         path = folder / name
         if path.is_file():
             if not name.endswith(".index.json"):
-                return _read_weight_file(path)
-            weight_map = _read_json(path).get("weight_map", {})
+                return read_weight_file(path)
+            weight_map = read_json(path, FORMATS_HELP).get("weight_map", {})
             state = {}
             for shard in sorted(set(weight_map.values())):
                 if not (folder / shard).is_file():
                     raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
-                state.update(_read_weight_file(folder / shard))
+                state.update(read_weight_file(folder / shard))
             return state
     raise FileNotFoundError(f"{folder} has an xLSTM config.json but no weights: expected one of "
                             f"{', '.join(TRANSFORMERS_WEIGHT_FILES)}. {FORMATS_HELP}")
@@ -481,7 +482,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
     config = read_config(folder, fmt)
     state = to_encoder_keys(read_state_dict(folder, fmt), config)
     if dtype is None:
-        dtype = torch.float32 if device.type == "cpu" else _checkpoint_dtype(config, state)
+        dtype = torch.float32 if device.type == "cpu" else checkpoint_dtype(config, state)
     with torch.device("meta"):
         model = XLSTMEncoder(config)
     check_state_dict(model, state, folder)
@@ -518,29 +519,7 @@ def check_state_dict(model: XLSTMEncoder, state: dict[str, torch.Tensor], source
                 f"{source}: tensor {key!r} has shape {got}, but the config implies {tuple(ref.shape)}{hint}")
 
 
-def _checkpoint_dtype(config: XLSTMConfig, state: dict[str, torch.Tensor]) -> torch.dtype:
-    if config.torch_dtype:
-        dtype = getattr(torch, str(config.torch_dtype).replace("torch.", ""), None)
-        if isinstance(dtype, torch.dtype):
-            return dtype
-    return state["embeddings.weight"].dtype
 
-
-def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path), device="cpu")
-    return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing. {FORMATS_HELP}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON: {e}") from e
 
 
 def _read_yaml(path: Path) -> dict:
