@@ -1,4 +1,5 @@
-"""Reading checkpoint files: shared by every architecture's loader (``loading.py``, ``xlstm.py``, ``rwkv7.py``)."""
+"""Reading and writing checkpoint files: shared by every architecture's loader (``loading.py``, ``xlstm.py``,
+``rwkv7.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from recemb.core.errors import ConfigError
+from recemb.core.errors import CheckpointError, ConfigError
 
 
 def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
@@ -36,3 +37,35 @@ def checkpoint_dtype(config, state: dict[str, torch.Tensor]) -> torch.dtype:
         if isinstance(dtype, torch.dtype):
             return dtype
     return state["embeddings.weight"].dtype
+
+
+def check_tensor_names(expected: dict, state: dict, source, unexpected_note: str = "") -> None:
+    """Every tensor the model expects is in the checkpoint and nothing else is (shapes are each architecture's
+    own check, with its own hints)."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing:
+        raise CheckpointError(f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. "
+                              f"{missing[:4]}")
+    if unexpected:
+        raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. "
+                              f"{unexpected[:4]}{' ' + unexpected_note if unexpected_note else ''}")
+
+
+def write_checkpoint(folder, config: dict, state: dict[str, torch.Tensor], dtype_key: str = "torch_dtype",
+                     dtype: torch.dtype | None = None, safetensors: bool = True) -> Path:
+    """``config.json`` (with the weights' dtype under ``dtype_key``) + ``model.safetensors`` (or
+    ``pytorch_model.bin``) in ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if dtype is not None:
+        config = {**config, dtype_key: str(dtype).replace("torch.", "")}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    if safetensors:
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        torch.save(tensors, folder / "pytorch_model.bin")
+    return folder

@@ -11,7 +11,6 @@ Formats read:
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 from pathlib import Path
@@ -20,7 +19,13 @@ import torch
 
 from recemb.core.config import Mamba2Config
 from recemb.core.errors import CheckpointError, ConfigError
-from recemb.core.files import checkpoint_dtype, read_json, read_weight_file
+from recemb.core.files import (
+    check_tensor_names,
+    checkpoint_dtype,
+    read_json,
+    read_weight_file,
+    write_checkpoint,
+)
 from recemb.core.context_extension import ContextExtension
 from recemb.core.encoder import RecurrentEncoder
 from recemb.core.model import Mamba2Encoder
@@ -31,10 +36,11 @@ from recemb.core.tokenizer import TextTokenizer
 OTHER_ARCHITECTURES = ("recemb.core.xlstm", "recemb.core.rwkv7")
 FORMATS_HELP = (
     "recemb reads Mamba2, xLSTM and RWKV-7: transformers Mamba2 (config.json with model_type 'mamba2' + "
-    "model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json with ssm_cfg + pytorch_model.bin), "
-    "mistral_inference (params.json + consolidated.safetensors); xLSTM as transformers' (config.json with model_type "
-    "'xlstm') or the xlstm package's (config.yaml + model_N.safetensors); RWKV-7 as the rwkv package's .pth or "
-    "flash-linear-attention's format (model_type 'rwkv7')"
+    "model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json "
+    "with ssm_cfg + pytorch_model.bin), mistral_inference (params.json + consolidated.safetensors); xLSTM as "
+    "transformers' (config.json with model_type 'xlstm') or the xlstm package's (config.yaml + "
+    "model_N.safetensors); RWKV-7 as the rwkv package's .pth or flash-linear-attention's format (model_type "
+    "'rwkv7')"
 )
 WEIGHT_FILES = {
     "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -282,17 +288,7 @@ def load_mamba2(
 def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], source: Path | str) -> None:
     """Every expected tensor present with the shape the config implies; nothing unexpected."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing:
-        raise CheckpointError(
-            f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. {missing[:4]}"
-        )
-    if unexpected:
-        raise CheckpointError(
-            f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. {unexpected[:4]} "
-            "(hybrid or MLP checkpoints are not supported)"
-        )
+    check_tensor_names(expected, state, source, "(hybrid or MLP checkpoints are not supported)")
     c = model.config
     for key, ref in expected.items():
         got = tuple(state[key].shape)
@@ -308,18 +304,9 @@ def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], sourc
 
 
 def save_encoder(model: Mamba2Encoder, folder: str | os.PathLike, safe_serialization: bool = True) -> None:
-    """Write ``config.json`` + ``model.safetensors`` in transformers' Mamba2Model naming."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = model.config.to_transformers_dict()
-    config["torch_dtype"] = str(model.embeddings.weight.dtype).replace("torch.", "")
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    if safe_serialization:
-        from safetensors.torch import save_file
-
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        torch.save(state, folder / "pytorch_model.bin")
+    """Write ``config.json`` + ``model.safetensors`` (or ``pytorch_model.bin``) in transformers' Mamba2Model
+    naming."""
+    write_checkpoint(folder, model.config.to_transformers_dict(), model.state_dict(), "torch_dtype",
+                     model.embeddings.weight.dtype, safetensors=safe_serialization)
 
 

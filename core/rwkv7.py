@@ -59,7 +59,13 @@ import torch.nn.functional as F
 
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.core.errors import CheckpointError, ConfigError
-from recemb.core.files import checkpoint_dtype, read_json, read_weight_file
+from recemb.core.files import (
+    check_tensor_names,
+    checkpoint_dtype,
+    read_json,
+    read_weight_file,
+    write_checkpoint,
+)
 from recemb.kernels import BACKENDS
 from recemb.kernels.rwkv7 import DEFAULT_CHUNK_SIZE, rwkv7_chunked
 
@@ -418,15 +424,8 @@ class RWKV7Encoder(RecurrentEncoder):
 
     def save(self, folder) -> None:
         """``config.json`` + ``model.safetensors`` in flash-linear-attention's format (keys ``model.*``)."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        config = self.config.to_dict()
-        config["torch_dtype"] = str(self.embeddings.weight.dtype).replace("torch.", "")
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        from safetensors.torch import save_file
-
-        state = {"model." + k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        state = {"model." + k: v for k, v in self.state_dict().items()}
+        write_checkpoint(folder, self.config.to_dict(), state, "torch_dtype", self.embeddings.weight.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- loading
@@ -584,14 +583,7 @@ def check_state_dict(model: RWKV7Encoder, state: dict[str, torch.Tensor], source
     """Every expected tensor present with the shape the config implies (vectors stored as (1, 1, d) or (d,)
     are reshaped to the parameter's shape), nothing unexpected; the state with those reshapes."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing:
-        raise CheckpointError(
-            f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. {missing[:4]}")
-    if unexpected:
-        raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. "
-                                f"{unexpected[:4]}")
+    check_tensor_names(expected, state, source)
     c = model.config
     out = {}
     for key, ref in expected.items():

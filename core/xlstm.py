@@ -41,7 +41,13 @@ import torch.nn.functional as F
 
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.core.errors import CheckpointError, ConfigError
-from recemb.core.files import checkpoint_dtype, read_json, read_weight_file
+from recemb.core.files import (
+    check_tensor_names,
+    checkpoint_dtype,
+    read_json,
+    read_weight_file,
+    write_checkpoint,
+)
 from recemb.kernels.mlstm import DEFAULT_CHUNK_SIZE, mlstm_chunkwise
 
 FORMATS_HELP = (
@@ -378,15 +384,8 @@ class XLSTMEncoder(RecurrentEncoder):
 
     def save(self, folder) -> None:
         """``config.json`` (transformers' xLSTMConfig) + ``model.safetensors`` in ``xLSTMModel`` naming."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        config = self.config.to_transformers_dict()
-        config["dtype"] = str(self.embeddings.weight.dtype).replace("torch.", "")
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        from safetensors.torch import save_file
-
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        write_checkpoint(folder, self.config.to_transformers_dict(), self.state_dict(), "dtype",
+                         self.embeddings.weight.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- loading
@@ -494,13 +493,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
 def check_state_dict(model: XLSTMEncoder, state: dict[str, torch.Tensor], source: Path | str) -> None:
     """Every expected tensor present with the shape the config implies; nothing unexpected."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing:
-        raise CheckpointError(f"{source}: {len(missing)} tensor(s) missing from the weights, e.g. {missing[:4]}")
-    if unexpected:
-        raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) in the weights, e.g. "
-                              f"{unexpected[:4]} (only mLSTM blocks with weight_mode 'single' are supported)")
+    check_tensor_names(expected, state, source, "(only mLSTM blocks with weight_mode 'single' are supported)")
     c = model.config
     for key, ref in expected.items():
         got = tuple(state[key].shape)
