@@ -20,6 +20,30 @@ def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
 
 
+# transformers-style weight files, in the order they are looked for
+HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                   "pytorch_model.bin.index.json")
+
+
+def read_weights(folder: Path, names: tuple[str, ...], what: str, formats_help: str = "") -> dict[str, torch.Tensor]:
+    """The tensors of the first of ``names`` present in ``folder`` (an ``*.index.json`` reads every shard it
+    lists); a clear error naming what was expected otherwise. ``what``: the folder's kind, for that error."""
+    for name in names:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return read_weight_file(path)
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(read_json(path, formats_help).get("weight_map", {}).values())):
+            if not (folder / shard).is_file():
+                raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
+            state.update(read_weight_file(folder / shard))
+        return state
+    raise FileNotFoundError(f"{folder} has {what} but no weights: expected one of {', '.join(names)}. "
+                            f"{formats_help}".strip())
+
+
 def read_json(path: Path, formats_help: str = "") -> dict:
     """A JSON file (Python's json accepts the bare Infinity in Codestral's config); clear errors otherwise."""
     if not path.is_file():

@@ -23,7 +23,8 @@ from recemb.core.files import (
     check_tensor_names,
     checkpoint_dtype,
     read_json,
-    read_weight_file,
+    HF_WEIGHT_FILES,
+    read_weights,
     write_checkpoint,
 )
 from recemb.core.context_extension import ContextExtension
@@ -43,8 +44,7 @@ FORMATS_HELP = (
     "'rwkv7')"
 )
 WEIGHT_FILES = {
-    "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                     "pytorch_model.bin.index.json"),
+    "transformers": HF_WEIGHT_FILES,
     "mamba_ssm": ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.safetensors",
                   "model.safetensors.index.json"),
     "codestral": ("consolidated.safetensors",),
@@ -183,23 +183,7 @@ def read_config(folder: Path, fmt: str | None = None) -> Mamba2Config:
 
 def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
     """Raw tensors from the first weight file of ``fmt`` present in ``folder`` (on the CPU)."""
-    for name in WEIGHT_FILES[fmt]:
-        path = folder / name
-        if path.is_file():
-            if name.endswith(".index.json"):
-                weight_map = read_json(path, FORMATS_HELP).get("weight_map", {})
-                state: dict[str, torch.Tensor] = {}
-                for shard in sorted(set(weight_map.values())):
-                    shard_path = folder / shard
-                    if not shard_path.is_file():
-                        raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
-                    state.update(read_weight_file(shard_path))
-                return state
-            return read_weight_file(path)
-    raise FileNotFoundError(
-        f"{folder} has a {fmt} config but no weights: expected one of {', '.join(WEIGHT_FILES[fmt])}. {FORMATS_HELP}"
-    )
-
+    return read_weights(folder, WEIGHT_FILES[fmt], f"a {fmt} config", FORMATS_HELP)
 
 
 def to_encoder_keys(state: dict[str, torch.Tensor], config: Mamba2Config) -> dict[str, torch.Tensor]:

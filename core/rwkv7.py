@@ -63,7 +63,9 @@ from recemb.core.files import (
     check_tensor_names,
     checkpoint_dtype,
     read_json,
+    HF_WEIGHT_FILES,
     read_weight_file,
+    read_weights,
     write_checkpoint,
 )
 from recemb.kernels import BACKENDS
@@ -74,8 +76,6 @@ FORMATS_HELP = (
     "model_type 'rwkv7' + model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin) "
     "and BlinkDL's original format (one *.pth in a folder without config.json)"
 )
-FLA_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                    "pytorch_model.bin.index.json")
 DECAY_SCALE = math.exp(-0.5)  # log decay = -DECAY_SCALE * sigmoid(...): the factor lies in [e^{-e^{-0.5}}, 1)
 PTH_GROUP_NORM_EPS = 64e-5  # the rwkv package's (and RWKV-LM's) GroupNorm eps, for any head size
 MIX_NAMES = ("r", "w", "k", "v", "a", "g")  # the time mix's token-shift coefficients x_r ... x_g, in order
@@ -461,20 +461,7 @@ def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
     folder = Path(folder)
     if fmt == "rwkv_pth":
         return read_weight_file(_pth_file(folder))
-    for name in FLA_WEIGHT_FILES:
-        path = folder / name
-        if path.is_file():
-            if not name.endswith(".index.json"):
-                return read_weight_file(path)
-            weight_map = read_json(path, FORMATS_HELP).get("weight_map", {})
-            state: dict[str, torch.Tensor] = {}
-            for shard in sorted(set(weight_map.values())):
-                if not (folder / shard).is_file():
-                    raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
-                state.update(read_weight_file(folder / shard))
-            return state
-    raise FileNotFoundError(f"{folder} has an RWKV-7 config.json but no weights: expected one of "
-                            f"{', '.join(FLA_WEIGHT_FILES)}. {FORMATS_HELP}")
+    return read_weights(folder, HF_WEIGHT_FILES, "an RWKV-7 config.json", FORMATS_HELP)
 
 
 def _pth_file(folder: Path) -> Path:

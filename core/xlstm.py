@@ -45,7 +45,9 @@ from recemb.core.files import (
     check_tensor_names,
     checkpoint_dtype,
     read_json,
+    HF_WEIGHT_FILES,
     read_weight_file,
+    read_weights,
     write_checkpoint,
 )
 from recemb.kernels.mlstm import DEFAULT_CHUNK_SIZE, mlstm_chunkwise
@@ -55,14 +57,10 @@ FORMATS_HELP = (
     "model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin) and in the xlstm package's "
     "format (config.yaml + model.safetensors or model_0.safetensors, model_1.safetensors, ...)"
 )
-TRANSFORMERS_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                             "pytorch_model.bin.index.json")
 # The mLSTM kernels transformers runs without the xlstm package; its config rejects any other name (strict
 # dataclass), so ``save`` writes these whatever the source checkpoint named (e.g. xLSTM-7B's Triton kernels).
 NATIVE_KERNELS = {"chunkwise_kernel": "chunkwise--native_autograd", "sequence_kernel": "native_sequence__native",
                   "step_kernel": "native"}
-
-
 
 
 def round_up(x: float, multiple: int) -> int:
@@ -436,20 +434,7 @@ def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
         for shard in shards:
             state.update(read_weight_file(shard))
         return state
-    for name in TRANSFORMERS_WEIGHT_FILES:
-        path = folder / name
-        if path.is_file():
-            if not name.endswith(".index.json"):
-                return read_weight_file(path)
-            weight_map = read_json(path, FORMATS_HELP).get("weight_map", {})
-            state = {}
-            for shard in sorted(set(weight_map.values())):
-                if not (folder / shard).is_file():
-                    raise FileNotFoundError(f"{path} lists shard {shard!r}, which is missing from {folder}")
-                state.update(read_weight_file(folder / shard))
-            return state
-    raise FileNotFoundError(f"{folder} has an xLSTM config.json but no weights: expected one of "
-                            f"{', '.join(TRANSFORMERS_WEIGHT_FILES)}. {FORMATS_HELP}")
+    return read_weights(folder, HF_WEIGHT_FILES, "an xLSTM config.json", FORMATS_HELP)
 
 
 def to_encoder_keys(state: dict[str, torch.Tensor], config: XLSTMConfig) -> dict[str, torch.Tensor]:
