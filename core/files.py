@@ -93,3 +93,23 @@ def write_checkpoint(folder, config: dict, state: dict[str, torch.Tensor], dtype
     else:
         torch.save(tensors, folder / "pytorch_model.bin")
     return folder
+
+
+# Files that mark a folder as a model folder, which writing a model may replace (a previous export, a checkpoint).
+MODEL_FOLDER_MARKERS = ("config.json", "modules.json", "recemb_config.json", "params.json")
+
+
+def check_model_destination(destination) -> Path:
+    """``destination`` as a Path, if a model may be written there: a new folder, an empty one, or a model folder
+    (whose model is replaced). Anything else holds someone's files (a model folder has README.md and config.json),
+    so it is refused before any work is done, as is an empty name (it would be the current folder)."""
+    if not str(destination).strip():
+        raise ValueError("the destination folder is empty; give a folder name")
+    path = Path(destination).expanduser()
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} is a file; give a folder to write the model into")
+    if path.is_dir() and any(path.iterdir()) and not any((path / m).is_file() for m in MODEL_FOLDER_MARKERS):
+        raise FileExistsError(f"{path} is a non-empty folder that holds no model ({', '.join(MODEL_FOLDER_MARKERS)}); "
+                              "writing a model there would replace its README.md and config.json, so give a new or "
+                              "empty folder")
+    return path

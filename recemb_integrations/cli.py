@@ -343,8 +343,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from recemb.core.files import check_model_destination
     from recemb_integrations.training import train
     from recemb_integrations.training.config import from_cli
+
+    check_model_destination(args.out)  # before the training, not after
 
     config = from_cli(args)
     summary = train(args.model, args.data, args.out, config, tokenizer=args.tokenizer, model_name=args.name)
@@ -371,10 +374,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as e:
             raise CommandError(f"{f}: cannot read its text ({e})") from e
     folder = resolve_model_path(args.model)
-    out = Path(args.out) if args.out else folder
-    if args.out:
+    out = folder
+    if args.out is not None:  # a calibrated copy: never merged into a folder of someone else's files
         import shutil
 
+        from recemb.core.files import check_model_destination
+
+        out = check_model_destination(args.out)
         shutil.copytree(folder, out, dirs_exist_ok=True)
     embedder = Embedder.from_pretrained(out, device=args.device, context_extension="off")
     ext = calibrate(
@@ -893,7 +899,7 @@ def _refuse_blank_options(args: argparse.Namespace) -> None:
     """A flag given an empty value (an unset shell variable) must not fall back to a default store or model."""
     positional = {"info": {"model"}, "train": {"model"}, "calibrate": {"model"}}.get(args.command, set())
     for name in ("model", "qdrant_url", "qdrant_path", "collection", "tokenizer", "to", "to_path", "to_collection",
-                 "id_prefix"):
+                 "id_prefix", "out"):
         value = getattr(args, name, None)
         if isinstance(value, str) and not value.strip():
             label = name.upper() if name in positional else "--" + name.replace("_", "-")

@@ -22,6 +22,7 @@ from recemb_integrations._imports import require
 _st_modules = require("sentence_transformers.base.modules", "sentence-transformers")
 
 from recemb.core import Embedder  # noqa: E402
+from recemb.core.files import check_model_destination  # noqa: E402
 from recemb.core.loading import hub_offline  # noqa: E402
 from recemb.core.options import HUB_OPTIONS, MODEL_OPTIONS  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
@@ -161,7 +162,7 @@ def export_sentence_transformers(
     sentence-transformers folder: RecEmbModule + Normalize, prompts, transformers-named weights with their
     ``config.json``, tokenizer files and a model card."""
     st = require("sentence_transformers", "sentence-transformers")
-    destination = Path(destination)
+    destination = check_model_destination(destination)
     embedder = Embedder.from_pretrained(source, device="cpu", dtype=dtype, tokenizer=tokenizer)
     if embedder.tokenizer is None:
         raise ValueError(f"{source} has no tokenizer files; pass tokenizer=... (a folder or hub id)")

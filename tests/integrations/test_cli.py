@@ -177,3 +177,59 @@ def test_migrate_copies_a_collection_to_another_store_and_it_searches_the_same(t
     assert code == 1 and report["embedded_tokens"] == 0 and report["unchanged"] == 3, err
     code, _, err = run_json(capsys, ["migrate", *source, "--to-path", str(tmp_path / "edge")])
     assert code == 2 and "exists" in err  # a complete collection is never overwritten
+
+
+def test_export_never_writes_over_a_folder_that_holds_no_model(tiny_folder, tmp_path, capsys):
+    """An export writes README.md and config.json: a project folder given by mistake is refused, untouched."""
+    pytest.importorskip("sentence_transformers")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("my own readme")
+    assert main(["export", str(tiny_folder), str(project)]) == 2
+    assert "non-empty folder that holds no model" in capsys.readouterr().err
+    assert sorted(p.name for p in project.iterdir()) == ["README.md"]
+    assert (project / "README.md").read_text() == "my own readme"
+    assert main(["export", str(tiny_folder), str(tmp_path / "new")]) == 0  # a new folder
+    capsys.readouterr()
+    (tmp_path / "file").write_text("x")
+    assert main(["export", str(tiny_folder), str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err and (tmp_path / "file").read_text() == "x"
+    # A previous export (a model folder) is replaced.
+    first = tmp_path / "out"
+    assert main(["export", str(tiny_folder), str(first)]) == 0
+    assert main(["export", str(tiny_folder), str(first), "--max-seq-length", "64"]) == 0
+    assert json.loads((first / "recemb_config.json").read_text())["max_seq_length"] == 64
+
+
+def test_export_to_an_empty_name_is_refused(tiny_folder, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("sentence_transformers")
+    from recemb_integrations.sentence_transformers import export_sentence_transformers
+
+    monkeypatch.chdir(tmp_path)  # an empty name would be this folder
+    with pytest.raises(ValueError, match="destination folder is empty"):
+        export_sentence_transformers(tiny_folder, "")
+    assert main(["export", str(tiny_folder), " "]) == 2
+    capsys.readouterr()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_and_train_refuse_a_folder_of_someone_elses_files(tiny_folder, tmp_path, capsys):
+    """--out of calibrate (a calibrated copy) and train: never merged into a non-model folder, never empty."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "config.json.bak").write_text("mine")
+    book = tmp_path / "book.txt"
+    book.write_text("a long text " * 50)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"anchor": "a", "positive": "b"}) + "\n")
+    for argv in (["calibrate", str(tiny_folder), str(book), "--train-length", "8", "--out", str(project)],
+                 ["train", str(tiny_folder), str(pairs), "--out", str(project)]):
+        assert main(argv) == 2
+        assert "non-empty folder that holds no model" in capsys.readouterr().err
+        assert sorted(p.name for p in project.iterdir()) == ["config.json.bak"]
+    before = sorted(p.name for p in tiny_folder.iterdir())
+    for argv in (["calibrate", str(tiny_folder), str(book), "--train-length", "8", "--out", ""],
+                 ["train", str(tiny_folder), str(pairs), "--out", " "]):
+        assert main(argv) == 2  # an empty --out must not mean "into the model folder" or "here"
+        assert "--out is empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tiny_folder.iterdir()) == before

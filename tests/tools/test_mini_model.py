@@ -143,3 +143,21 @@ def test_teacher_targets_are_cached_per_texts_and_teacher(tmp_path, monkeypatch)
     assert not cached3 and calls == [2, 2] and t3[0, 0, 0] == 2.0
     _, _, _, cached4 = initialise.cached_teacher_targets(changed, tmp_path / "other-teacher", 4, tmp_path)
     assert not cached4 and calls == [2, 2, 2]
+
+
+def test_the_build_refuses_a_destination_of_someone_elses_files_before_any_work(tmp_path, monkeypatch):
+    from tools.mini_model import build
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the build started before its destination was checked")
+
+    monkeypatch.setattr(build, "build_pairs", no_work)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds no model"):
+        build.train_mini(project)
+    with pytest.raises(ValueError, match="destination folder is empty"):
+        build.train_mini("")
+    assert [p.name for p in project.iterdir()] == ["notes.txt"]
+    assert not (tmp_path / ".project-work").exists()

@@ -21,10 +21,11 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
                batch_size: int = 32, learning_rate: float = 3e-4, contrastive_weight: float = 0.1,
                max_rows: int | None = None, warmup_steps: int = 20, work_dir: str | os.PathLike | None = None) -> dict:
     """Build ``recemb-mamba2-mini`` into ``out``; return the summary also written to ``out/training.json``."""
+    from recemb.core.files import check_model_destination
     from recemb_integrations.sentence_transformers import export_sentence_transformers
     from recemb_integrations.training import TrainingConfig, build_dataset, train
 
-    out = Path(out)
+    out = check_model_destination(out)  # before the hour of work, not after
     work = Path(work_dir) if work_dir is not None else out.parent / f".{out.name}-work"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
