@@ -54,6 +54,11 @@ def read_json(path: Path, formats_help: str = "") -> dict:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e
 
 
+def default_dtype(device: torch.device) -> torch.dtype | None:
+    """The weights' dtype when none is asked for: fp32 on the CPU; None elsewhere, meaning the checkpoint's."""
+    return torch.float32 if device.type == "cpu" else None
+
+
 def checkpoint_dtype(config, state: dict[str, torch.Tensor]) -> torch.dtype:
     """The dtype a checkpoint was saved in: its config's torch_dtype, else its embedding's."""
     if config.torch_dtype:

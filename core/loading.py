@@ -22,6 +22,7 @@ from recemb.core.errors import CheckpointError, ConfigError
 from recemb.core.files import (
     check_tensor_names,
     checkpoint_dtype,
+    default_dtype,
     read_json,
     HF_WEIGHT_FILES,
     read_weights,
@@ -253,8 +254,7 @@ def load_mamba2(
     fmt = detect_format(folder)
     config = read_config(folder, fmt)
     state = to_encoder_keys(read_state_dict(folder, fmt), config)
-    if dtype is None:
-        dtype = torch.float32 if device.type == "cpu" else checkpoint_dtype(config, state)
+    dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
     with torch.device("meta"):
         model = Mamba2Encoder(config)
     check_state_dict(model, state, folder)

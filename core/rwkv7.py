@@ -62,6 +62,7 @@ from recemb.core.errors import CheckpointError, ConfigError
 from recemb.core.files import (
     check_tensor_names,
     checkpoint_dtype,
+    default_dtype,
     read_json,
     HF_WEIGHT_FILES,
     read_weight_file,
@@ -552,8 +553,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
     raw = read_state_dict(folder, fmt)
     config = read_config(folder, fmt, raw if fmt == "rwkv_pth" else None)
     state = to_encoder_keys(raw, fmt)
-    if dtype is None:
-        dtype = torch.float32 if device.type == "cpu" else checkpoint_dtype(config, state)
+    dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
     with torch.device("meta"):
         model = RWKV7Encoder(config)
     source = _pth_file(folder) if fmt == "rwkv_pth" else folder

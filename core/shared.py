@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import threading
 
-import torch
-
 from recemb.core.embedder import Embedder
-from recemb.core.loading import load_pretrained, resolve_device, resolve_dtype
 from recemb.core.encoder import RecurrentEncoder
+from recemb.core.files import default_dtype
+from recemb.core.loading import load_pretrained, resolve_device, resolve_dtype
 from recemb.core.options import split_options
 from recemb.core.tokenizer import TextTokenizer
 
@@ -32,9 +31,8 @@ def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedde
     """
     load, caller = split_options(options)
     load["device"] = resolve_device(load.get("device"))
-    load["dtype"] = resolve_dtype(load.get("dtype"))
-    if load["dtype"] is None and load["device"].type == "cpu":
-        load["dtype"] = torch.float32  # what load_encoder picks there: one key for both spellings
+    # The loaders' own default, so that None and its meaning are one key
+    load["dtype"] = resolve_dtype(load.get("dtype")) or default_dtype(load["device"])
     tokenizer = load.get("tokenizer")
     tokenizer_key = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else id(tokenizer)
     key = (str(model_name_or_path), str(load["device"]), str(load["dtype"]), load.get("revision"),

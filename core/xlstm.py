@@ -44,6 +44,7 @@ from recemb.core.errors import CheckpointError, ConfigError
 from recemb.core.files import (
     check_tensor_names,
     checkpoint_dtype,
+    default_dtype,
     read_json,
     HF_WEIGHT_FILES,
     read_weight_file,
@@ -465,8 +466,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
     device = torch.device(device)
     config = read_config(folder, fmt)
     state = to_encoder_keys(read_state_dict(folder, fmt), config)
-    if dtype is None:
-        dtype = torch.float32 if device.type == "cpu" else checkpoint_dtype(config, state)
+    dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
     with torch.device("meta"):
         model = XLSTMEncoder(config)
     check_state_dict(model, state, folder)
