@@ -37,17 +37,25 @@ class ChunkRun:
     backend: "auto" | "torch" | "triton" (architectures without Triton kernels run torch everywhere);
     workspace: scratch buffers reused by every layer of every chunk (CPU inference; ``recemb.kernels.workspace``);
     chunk_size: the chunk length of the chunk-parallel form (numerics only); None: the layer's default;
-    deltas: Mamba2's per-layer context-extension Δ controls (``delta_controls``), None for the plain model.
+    deltas: Mamba2's per-layer context-extension Δ controls (``delta_controls``), None for the plain model;
+    last_tokens: (b,) each row's last real token in this chunk (every pooled EOS is one of them), which a
+    mixed-precision model computes at full precision (``core/precision.py``); None: position l - 1 of every row.
     """
 
     backend: str = "auto"
     workspace: Workspace | None = None
     chunk_size: int | None = None
     deltas: list | None = field(default=None, repr=False)
+    last_tokens: torch.Tensor | None = field(default=None, repr=False)
 
     def delta(self, layer: int):
         """Layer ``layer``'s Δ control, or None."""
         return None if self.deltas is None else self.deltas[layer]
+
+    def last_token_index(self, b: int, l: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, positions), both (b,): the index of each row's last real token in a (b, l, ...) chunk."""
+        last = self.last_tokens if self.last_tokens is not None else torch.full((b,), l - 1)
+        return torch.arange(b, device=device), last[:b].to(device)
 
 
 def check_context_extension(model: "RecurrentEncoder", mode: str) -> str:
@@ -66,6 +74,15 @@ class RecurrentEncoder(nn.Module):
     # Calibrated context-extension artifacts; only Mamba2 has any (``core/context_extension.py``).
     context_extension = None
     supports_context_extension = False  # MambaExtend and LongMamba act on Mamba2's Δ
+    # Low precision on the CPU (``core/precision.py``): the names of the layers quantize="int8" quantises (after
+    # ``prepare_int8``); None: no int8 path. Mixed bf16 is ``to_mixed_precision`` where an architecture has it.
+    int8_projections: tuple[str, ...] | None = None
+
+    def prepare_int8(self) -> None:
+        """Whatever must happen to the fp32 model before its ``int8_projections`` are quantised."""
+
+    def to_mixed_precision(self, dtype: torch.dtype) -> "RecurrentEncoder":
+        raise NotImplementedError(f"{self.config.model_type} has no mixed-precision CPU path")
 
     @property
     def dim(self) -> int:

@@ -31,6 +31,7 @@ from recemb.core.files import (
 from recemb.core.context_extension import ContextExtension
 from recemb.core.encoder import RecurrentEncoder
 from recemb.core.model import Mamba2Encoder
+from recemb.core.precision import LOW_PRECISION, auto_dtype, check_quantize, check_saveable, quantize_int8
 from recemb.core.tokenizer import TextTokenizer
 
 # Architectures besides Mamba2 (which loads here). Each module has detect(folder) -> format name or None and
@@ -115,9 +116,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return resolved
 
 
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """A torch dtype from a dtype or its name ("bfloat16", "torch.float16"); None stays None."""
-    if dtype is None or isinstance(dtype, torch.dtype):
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
+    """A torch dtype from a dtype or its name ("bfloat16", "torch.float16"); None and "auto" (resolved per device
+    and architecture by ``load_encoder``) stay as they are."""
+    if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
     resolved = getattr(torch, str(dtype).replace("torch.", ""), None)
     if not isinstance(resolved, torch.dtype):
@@ -131,6 +133,7 @@ def load_pretrained(
     dtype: str | torch.dtype | None = None,
     tokenizer: str | os.PathLike | TextTokenizer | None = None,
     eos_token_id: int | None = None,
+    quantize: str | None = None,
     revision: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
@@ -144,7 +147,7 @@ def load_pretrained(
     """
     hub = dict(revision=revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
     folder = resolve_model_path(name_or_path, **hub)
-    model = load_encoder(folder, device=resolve_device(device), dtype=resolve_dtype(dtype))
+    model = load_encoder(folder, device=resolve_device(device), dtype=resolve_dtype(dtype), quantize=quantize)
     if isinstance(tokenizer, TextTokenizer):
         return model, tokenizer
     if tokenizer is not None:
@@ -210,21 +213,35 @@ def to_encoder_keys(state: dict[str, torch.Tensor], config: Mamba2Config) -> dic
 def load_encoder(
     folder: str | os.PathLike,
     device: str | torch.device,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
+    quantize: str | None = None,
 ) -> RecurrentEncoder:
     """The encoder of a model folder, its architecture picked from the checkpoint (config.json's model_type, or
     the files: params.json for mistral_inference Mamba2, a .pth for RWKV-7); an unknown one is refused by name.
 
-    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
+    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere. "auto": on the CPU bf16 where it multiplies
+    bf16 natively and the architecture has a mixed-precision path (Mamba2), else fp32; elsewhere the
+    checkpoint's. bf16 on the CPU is mixed precision: see ``recemb.core.precision``.
+    quantize "int8": the projections become int8 dynamically quantised layers (CPU, from fp32 weights).
     """
     folder = Path(folder)
     device = torch.device(device)
+    quantize = check_quantize(quantize)
     architecture, fmt = detect_architecture(folder)
+    if dtype == "auto":
+        dtype = auto_dtype(device, supports_mixed=architecture == "mamba2" and quantize is None)
     if architecture == "mamba2":
-        return load_mamba2(folder, device, dtype)
-    model = importlib.import_module(f"recemb.core.{architecture}").load(folder, fmt, device, dtype)
-    model.requires_grad_(False)
-    return model.eval()
+        mixed = device.type == "cpu" and dtype in LOW_PRECISION
+        model = load_mamba2(folder, device, torch.float32 if mixed or quantize else dtype)
+        if mixed:
+            model.to_mixed_precision(dtype)
+    else:
+        model = importlib.import_module(f"recemb.core.{architecture}").load(folder, fmt, device, dtype)
+        model.requires_grad_(False)
+        model.eval()
+    if quantize is not None:
+        quantize_int8(model, device)
+    return model
 
 
 def detect_architecture(folder: str | os.PathLike) -> tuple[str, str]:
@@ -290,6 +307,7 @@ def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], sourc
 def save_encoder(model: Mamba2Encoder, folder: str | os.PathLike, safe_serialization: bool = True) -> None:
     """Write ``config.json`` + ``model.safetensors`` (or ``pytorch_model.bin``) in transformers' Mamba2Model
     naming."""
+    check_saveable(model)
     write_checkpoint(folder, model.config.to_transformers_dict(), model.state_dict(), "torch_dtype",
                      model.embeddings.weight.dtype, safetensors=safe_serialization)
 

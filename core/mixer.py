@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from recemb.core.config import Mamba2Config
 from recemb.core.context_extension import apply_delta_control
@@ -87,6 +88,25 @@ class Mamba2Mixer(nn.Module):
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.norm = GatedRMSNorm(self.d_inner, self.d_inner // self.ngroups, c.layer_norm_epsilon)
         self.out_proj = nn.Linear(self.d_inner, c.hidden_size, bias=c.use_bias)
+        # A low-precision model's gate rows of in_proj in fp32 (``keep_exact_gate``); None at full precision.
+        self.register_buffer("gate_weight_fp32", None, persistent=False)
+        self.register_buffer("gate_bias_fp32", None, persistent=False)
+        self.register_buffer("dt_weight_fp32", None, persistent=False)
+        self.register_buffer("dt_bias_fp32", None, persistent=False)
+
+    def keep_exact_gate(self) -> None:
+        """Keep an fp32 copy of in_proj's gate (z) rows, before the projections go to bf16 or int8.
+
+        Why: each row's last token (its pooled EOS) is computed at full precision, and there the gate is what
+        bf16 rounding hurts: silu(z) at a strongly negative z turns z's relative error into a much larger one,
+        which the group norm then scales up (measured on the bundled model: 0.96 cosine to fp32 with a bf16
+        gate at the EOS, 0.9993 with this copy and out_proj's input split in two bf16 halves there)."""
+        z = self.config.in_proj_rows["z"]
+        self.gate_weight_fp32 = self.in_proj.weight[z].detach().float().clone()
+        self.gate_bias_fp32 = None if self.in_proj.bias is None else self.in_proj.bias[z].detach().float().clone()
+        dt = self.config.in_proj_rows["dt"]
+        self.dt_weight_fp32 = self.in_proj.weight[dt].detach().float().clone()
+        self.dt_bias_fp32 = None if self.in_proj.bias is None else self.in_proj.bias[dt].detach().float().clone()
 
     def chunk_size_for(self, device: torch.device, backend: str, chunk_size: int | None = None) -> int:
         """The SSD chunk length q a call runs with: ``chunk_size`` if given, else the checkpoint's on Triton
@@ -104,7 +124,7 @@ class Mamba2Mixer(nn.Module):
         ``run.delta(layer_idx)``). With a workspace (inference on the torch backend) out is a workspace buffer,
         valid until the next call.
 
-        Return: out (b, l, d) in u.dtype, and the state after the last token of u.
+        Return: out (b, l, d) in out_proj's dtype, and the state after the last token of u.
         """
         run = run or ChunkRun()
         backend, workspace, delta = run.backend, run.workspace, run.delta(self.layer_idx)
@@ -112,13 +132,22 @@ class Mamba2Mixer(nn.Module):
         h, p, g, n = self.nheads, self.headdim, self.ngroups, self.d_state
         if workspace is not None and (torch.is_grad_enabled() or resolve_backend(backend, u.device) != "torch"):
             workspace = None  # only the torch inference path writes into scratch buffers
-        zxbcdt = _linear(self.in_proj, u, workspace, "in_proj")  # (b, l, I + conv_dim + h)
+        # The projections run in their weights' dtype; between them the mixer computes in its small parameters'
+        # dtype (conv, Δ, A, D, norm): fp32 on a mixed-precision CPU model (``core/precision.py``), whose
+        # projections are bf16. On a model in one dtype both are that dtype, as in the reference.
+        zxbcdt = _linear(self.in_proj, u.to(_operand_dtype(self.in_proj)), workspace, "in_proj")  # (b, l, I+conv_dim+h)
         rows = self.config.in_proj_rows
         z, xBC, dt = zxbcdt[..., rows["z"]], zxbcdt[..., rows["xBC"]], zxbcdt[..., rows["dt"]]
+        exact = self.gate_weight_fp32 is not None  # a low-precision model: each row's last token at full precision
+        if exact:
+            last = run.last_token_index(b, l, u.device)
+            z = z.float()  # (b, l, I), a copy the gated norm may overwrite
+            z[last] = F.linear(u[last].float(), self.gate_weight_fp32, self.gate_bias_fp32)
+            dt = F.linear(u.float(), self.dt_weight_fp32, self.dt_bias_fp32)
         xBC, conv_state = causal_conv1d(
             xBC, self.conv1d.weight[:, 0, :], self.conv1d.bias,
             conv_state=None if state is None else state.conv_state, activation="silu", backend=backend,
-            workspace=workspace,
+            workspace=workspace, out_dtype=self.conv1d.weight.dtype,
         )  # (b, l, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, g * n, g * n], dim=-1)
         A = -torch.exp(self.A_log.float())  # (h,)
@@ -135,12 +164,33 @@ class Mamba2Mixer(nn.Module):
         )  # y (b, l, h, p) fp32, ssm_state (b, h, p, n) fp32
         # With a workspace y and z are scratch (z's columns of in_proj's output are read here for the last time).
         y = self.norm(y.reshape(b, l, self.d_inner), z, backend=backend, inplace=workspace is not None)  # (b, l, I)
-        return _linear(self.out_proj, y.to(u.dtype), workspace, "out_proj"), LayerState(conv_state, ssm_state)
+        out = _linear(self.out_proj, y.to(_operand_dtype(self.out_proj)), workspace, "out_proj")  # (b, l, d)
+        if exact:
+            out[last] = _exact_linear(self.out_proj, y[last]).to(out.dtype)
+        return out, LayerState(conv_state, ssm_state)
 
 
-def _linear(layer: nn.Linear, x: torch.Tensor, workspace: Workspace | None, name: str) -> torch.Tensor:
-    """``layer(x)``, written into the workspace buffer ``name`` when there is one (the same matmul as F.linear)."""
-    if workspace is None:
+def _operand_dtype(layer: nn.Module) -> torch.dtype:
+    """The input dtype a projection multiplies in: its weights' (an int8-quantised layer takes fp32)."""
+    return layer.weight.dtype if isinstance(layer, nn.Linear) else torch.float32
+
+
+def _exact_linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for a few fp32 rows x (..., in) with the input kept at full precision, in fp32: a bf16 layer
+    multiplies x's bf16 high and low halves (the weight's rounding stays), an int8 layer its dequantised weight."""
+    if isinstance(layer, nn.Linear):
+        if layer.weight.dtype == x.dtype:
+            return F.linear(x, layer.weight, layer.bias)
+        hi = x.to(layer.weight.dtype)
+        lo = (x - hi.float()).to(layer.weight.dtype)
+        return F.linear(hi, layer.weight, layer.bias).float() + F.linear(lo, layer.weight).float()
+    return F.linear(x, layer.weight().dequantize(), layer.bias())
+
+
+def _linear(layer: nn.Module, x: torch.Tensor, workspace: Workspace | None, name: str) -> torch.Tensor:
+    """``layer(x)``, written into the workspace buffer ``name`` when there is one (the same matmul as F.linear);
+    a quantised layer (``core/precision.py``) computes its own output."""
+    if workspace is None or not isinstance(layer, nn.Linear):
         return layer(x)
     out = workspace.empty(name, (*x.shape[:-1], layer.out_features), x.dtype, x.device)
     x2, out2 = x.reshape(-1, layer.in_features), out.view(-1, layer.out_features)

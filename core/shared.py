@@ -1,4 +1,4 @@
-"""One loaded model per (model, device, dtype) per process, shared by every adapter that asks for it.
+"""One loaded model per (model, device, dtype, quantize) per process, shared by every adapter that asks for it.
 
 A 7B checkpoint must not be loaded twice because two LangChain or LlamaIndex objects were built. The weights,
 tokenizer and calibrated artifacts are shared; each caller gets its own light ``Embedder`` with its own
@@ -23,7 +23,7 @@ _LOADED: dict[tuple, tuple[RecurrentEncoder, TextTokenizer | None]] = {}
 
 
 def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedder:
-    """An ``Embedder`` whose model is loaded once per (model, device, dtype) in this process.
+    """An ``Embedder`` whose model is loaded once per (model, device, dtype, quantize) in this process.
 
     ``options`` are ``Embedder.from_pretrained``'s (``recemb.core.options.MODEL_OPTIONS``). The load options
     go to the first load (the revision and the tokenizer choice are part of what is shared: another value
@@ -35,8 +35,8 @@ def shared_embedder(model_name_or_path: str | os.PathLike, **options) -> Embedde
     load["dtype"] = resolve_dtype(load.get("dtype")) or default_dtype(load["device"])
     tokenizer = load.get("tokenizer")
     tokenizer_key = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else id(tokenizer)
-    key = (str(model_name_or_path), str(load["device"]), str(load["dtype"]), load.get("revision"),
-           tokenizer_key, load.get("eos_token_id"))
+    key = (str(model_name_or_path), str(load["device"]), str(load["dtype"]), load.get("quantize") or None,
+           load.get("revision"), tokenizer_key, load.get("eos_token_id"))
     with _LOCK:
         if key not in _LOADED:
             _LOADED[key] = load_pretrained(model_name_or_path, **load)

@@ -124,7 +124,8 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size) 
                 deltas = [None if d is None else d.keep_rows(still_running) for d in deltas]
             active = still_running
         end = min(start + V, int(lens[0]))
-        run = ChunkRun(backend=backend, workspace=workspace, chunk_size=chunk_size, deltas=deltas)
+        run = ChunkRun(backend=backend, workspace=workspace, chunk_size=chunk_size, deltas=deltas,
+                       last_tokens=torch.clamp(lens[:active], max=end) - 1 - start)
         h, states = model.forward_chunk(ids[:active, start:end], states, run)  # (a, end-start, d)
         rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
         if rows.numel():

@@ -25,6 +25,7 @@ def causal_conv1d_torch(
     conv_state: torch.Tensor | None = None,
     activation: str | None = "silu",
     workspace: Workspace | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The torch path of ``causal_conv1d`` (CPU production): ``causal_conv1d_ref`` computed for speed; the
     state replaces transformers' zero left padding.
@@ -36,20 +37,28 @@ def causal_conv1d_torch(
         conv_state: (b, d, k) or None (zeros: the start of a sequence)
         activation: "silu" or None
         workspace: where y is written (buffer "conv"), valid until the next call with that workspace
+        out_dtype: the dtype of y and of the new state; None: x.dtype. A bf16 x (projection output) with
+            out_dtype fp32 gives the fp32 conv a mixed-precision model runs (the state then holds x exactly).
     Return:
-        y: (b, l, d) in x.dtype
-        new_conv_state: (b, d, k), the last k inputs of cat(conv_state, x)
+        y: (b, l, d) in out_dtype
+        new_conv_state: (b, d, k) in out_dtype, the last k inputs of cat(conv_state, x)
     """
+    out_dtype = out_dtype or x.dtype
     b, l, d = x.shape
     k = weight.shape[-1]
     if conv_state is None:
         history = x.new_zeros(b, k - 1, d)
     else:
-        history = conv_state[:, :, 1:].transpose(1, 2).to(x.dtype)  # (b, k-1, d)
-    cdt = torch.promote_types(x.dtype, torch.float32)  # accumulate the taps in fp32 (fp64 for fp64 input)
+        history = conv_state[:, :, 1:].transpose(1, 2)  # (b, k-1, d)
+    # accumulate the taps in fp32 (fp64 for fp64 input or output)
+    cdt = torch.promote_types(torch.promote_types(x.dtype, out_dtype), torch.float32)
     # Taps as contiguous rows (k, d): a column w[:, j] has stride k, which keeps the elementwise kernels below from
     # vectorising (3x slower per tap on the CPU).
     w = weight.to(cdt).t().contiguous()
+    if x.dtype != cdt and not torch.is_grad_enabled():
+        # A bf16 x (a mixed-precision model's in_proj output) converted once: mixed-dtype addcmul_ below would
+        # convert it again per tap (measured: a fifth of a bf16 encode went to such copies).
+        x = scratch(workspace, "conv_in", (b, l, d), x, dtype=cdt).copy_(x)
     # Shift-and-add over the k taps, y[t] = sum_j w[j] * full[t + j] with full = cat(history, x), read from x and
     # history directly: on the CPU this beats a depthwise F.conv1d on the transposed (b, d, l), and skipping the
     # cat saves a copy of the whole chunk. Tap j looks s = k-1-j tokens back.
@@ -65,7 +74,7 @@ def causal_conv1d_torch(
             else:
                 torch.mul(x[:, : l - head].to(cdt), w[0], out=y[:, head:])
         else:
-            y[:, :head].addcmul_(history[:, j : j + head], w[j])
+            y[:, :head].addcmul_(history[:, j : j + head].to(cdt), w[j])
             y[:, head:].addcmul_(x[:, : l - head], w[j])
     if bias is not None:
         y += bias.to(cdt)
@@ -78,11 +87,11 @@ def causal_conv1d_torch(
     if l >= k:
         tail = x[:, -k:]
     else:
-        past = x.new_zeros(b, k, d) if conv_state is None else conv_state.transpose(1, 2).to(x.dtype)
-        tail = torch.cat([past[:, l:], x], dim=1)  # (b, k, d)
+        past = x.new_zeros(b, k, d, dtype=out_dtype) if conv_state is None else conv_state.transpose(1, 2)
+        tail = torch.cat([past[:, l:].to(out_dtype), x.to(out_dtype)], dim=1)  # (b, k, d)
     # Always a copy: x may be a workspace buffer that the next call overwrites.
-    new_state = tail.transpose(1, 2).clone(memory_format=torch.contiguous_format)
-    return y.to(x.dtype), new_state
+    new_state = tail.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format, copy=True)
+    return y.to(out_dtype), new_state
 
 
 def causal_conv1d(
@@ -93,11 +102,13 @@ def causal_conv1d(
     activation: str | None = "silu",
     backend: str = "auto",
     workspace: Workspace | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal depthwise conv1d with carried state; see ``causal_conv1d_torch`` for shapes (``workspace``:
-    torch backend only)."""
+    """Causal depthwise conv1d with carried state; see ``causal_conv1d_torch`` for shapes and ``out_dtype``
+    (``workspace``: torch backend only)."""
     if resolve_backend(backend, x.device) == "triton":
         from recemb.kernels.conv1d_triton import causal_conv1d_triton
 
-        return causal_conv1d_triton(x, weight, bias, conv_state, activation)
-    return causal_conv1d_torch(x, weight, bias, conv_state, activation, workspace=workspace)
+        y, state = causal_conv1d_triton(x, weight, bias, conv_state, activation)
+        return (y, state) if out_dtype is None else (y.to(out_dtype), state.to(out_dtype))
+    return causal_conv1d_torch(x, weight, bias, conv_state, activation, workspace=workspace, out_dtype=out_dtype)

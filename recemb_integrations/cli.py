@@ -55,7 +55,9 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
     local = Path(model).expanduser()
     name = str(local.resolve()) if local.is_dir() else model
     try:
-        embedder = Embedder.from_pretrained(name, device=args.device, vertical_chunk_size=args.vertical_chunk_size,
+        embedder = Embedder.from_pretrained(name, device=args.device, dtype=getattr(args, "dtype", None),
+                                            quantize=getattr(args, "quantize", None),
+                                            vertical_chunk_size=args.vertical_chunk_size,
                                             context_extension=getattr(args, "context_extension", None) or "auto")
     except (OSError, ValueError) as e:
         if recorded:
@@ -335,7 +337,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from recemb_integrations.sentence_transformers import export_sentence_transformers
 
     out = export_sentence_transformers(
-        args.source, args.destination, tokenizer=args.tokenizer, dtype=args.dtype,
+        args.source, args.destination, tokenizer=args.tokenizer, dtype=args.dtype, quantize=args.quantize,
         max_seq_length=args.max_seq_length, vertical_chunk_size=args.vertical_chunk_size, model_name=args.name,
     )
     emit(args, {"destination": str(out)}, f"wrote a sentence-transformers model to {out}")
@@ -732,6 +734,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", help="model folder, bundled model name or Hugging Face id (default: $RECEMB_MODEL, "
                                        f"else {default})")
         p.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+        p.add_argument("--dtype", help="float32, bfloat16 or auto (bf16 where the CPU multiplies it natively; "
+                                       "default: fp32 on the CPU, the checkpoint's on a GPU)")
+        p.add_argument("--quantize", choices=["int8"], help="int8 in_proj weights on the CPU (opt-in)")
         if vertical:
             p.add_argument("--vertical-chunk-size", type=positive_int, help="tokens per vertical chunk (memory dial)")
             p.add_argument("--context-extension", choices=CONTEXT_EXTENSION_MODES,
@@ -764,6 +769,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", help="output folder")
     p.add_argument("--tokenizer", help="tokenizer folder or id, when SOURCE has none (mamba_ssm checkpoints)")
     p.add_argument("--dtype", help="weight dtype to write, e.g. bfloat16 (default: fp32)")
+    p.add_argument("--quantize", choices=["int8"], help="record that the model loads with int8 in_proj weights "
+                   "(the weights are written in fp32; model_kwargs={'quantize': None} loads it unquantised)")
     p.add_argument("--max-seq-length", type=int, help="truncate inputs (default: never)")
     p.add_argument("--vertical-chunk-size", type=int, help="default V for the module (default: automatic)")
     p.add_argument("--name", help="model name used in the model card (default: DESTINATION's name)")

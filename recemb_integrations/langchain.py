@@ -22,7 +22,7 @@ from recemb.core.options import ENCODE_OPTIONS, MODEL_OPTIONS, check_options  # 
 class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     """recemb text embeddings for LangChain (vector stores, retrievers).
 
-    The model is loaded once per (model, device, dtype) in the process and shared by every instance; each
+    The model is loaded once per (model, device, dtype, quantize) in the process and shared by every instance; each
     instance keeps its own settings.
 
     Example:

@@ -25,6 +25,7 @@ from recemb.core import Embedder  # noqa: E402
 from recemb.core.files import check_model_destination  # noqa: E402
 from recemb.core.loading import hub_offline  # noqa: E402
 from recemb.core.options import HUB_OPTIONS, MODEL_OPTIONS  # noqa: E402
+from recemb.core.precision import check_quantize  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
 from recemb.core.vertical import pad_right  # noqa: E402
 
@@ -55,15 +56,19 @@ class RecEmbModule(_st_modules.InputModule):
         max_seq_length: truncate inputs to this many tokens, EOS included; None (default) never truncates.
         vertical_chunk_size: V, tokens per vertical chunk; None picks per batch (see ``Embedder``). Also accepted
             per call: ``model.encode(texts, vertical_chunk_size=512)``.
+        quantize: "int8" when the module loads its model int8-quantised (recorded by
+            ``export_sentence_transformers(..., quantize="int8")``; ``model_kwargs={"quantize": ...}`` overrides).
     """
 
     config_file_name = CONFIG_FILE
-    config_keys = ["max_seq_length", "vertical_chunk_size"]
+    config_keys = ["max_seq_length", "vertical_chunk_size", "quantize"]
     forward_kwargs = {"vertical_chunk_size", "task"}
 
-    def __init__(self, embedder: Embedder, max_seq_length: int | None = None, vertical_chunk_size: int | None = None):
+    def __init__(self, embedder: Embedder, max_seq_length: int | None = None, vertical_chunk_size: int | None = None,
+                 quantize: str | None = None):
         super().__init__()
         self.embedder = embedder
+        self.quantize = quantize
         self.encoder = embedder.model  # registered as a submodule, so SentenceTransformer(...).to(device) moves it
         self.max_seq_length = max_seq_length
         self.vertical_chunk_size = vertical_chunk_size
@@ -137,9 +142,12 @@ class RecEmbModule(_st_modules.InputModule):
                             f"allowed: {sorted(MODULE_MODEL_KWARGS)}")
         if "torch_dtype" in mk:
             mk.setdefault("dtype", mk.pop("torch_dtype"))
+        mk.setdefault("quantize", config.get("quantize"))  # the export's choice, unless model_kwargs says otherwise
         embedder = Embedder.from_pretrained(folder, **mk)
         embedder.name = str(model_name_or_path)
-        return cls(embedder, **{k: config.get(k) for k in cls.config_keys})
+        settings = {k: config.get(k) for k in cls.config_keys}
+        settings["quantize"] = check_quantize(mk["quantize"])
+        return cls(embedder, **settings)
 
 
 def default_prompts() -> dict[str, str]:
@@ -157,16 +165,23 @@ def export_sentence_transformers(
     max_seq_length: int | None = None,
     vertical_chunk_size: int | None = None,
     model_name: str | None = None,
+    quantize: str | None = None,
 ) -> Path:
     """Write ``source`` (any checkpoint format ``Embedder.from_pretrained`` reads, or a recemb folder) as a
     sentence-transformers folder: RecEmbModule + Normalize, prompts, transformers-named weights with their
-    ``config.json``, tokenizer files and a model card."""
+    ``config.json``, tokenizer files and a model card. ``quantize="int8"`` is recorded in the module's config:
+    the weights are written unquantised (``dtype``) and the export loads int8-quantised on the CPU."""
     st = require("sentence_transformers", "sentence-transformers")
     destination = check_model_destination(destination)
     embedder = Embedder.from_pretrained(source, device="cpu", dtype=dtype, tokenizer=tokenizer)
     if embedder.tokenizer is None:
         raise ValueError(f"{source} has no tokenizer files; pass tokenizer=... (a folder or hub id)")
-    module = RecEmbModule(embedder, max_seq_length=max_seq_length, vertical_chunk_size=vertical_chunk_size)
+    quantize = check_quantize(quantize)
+    if quantize is not None and embedder.model.int8_projections is None:
+        raise ValueError(f"quantize={quantize!r} is implemented for Mamba2; {source} is "
+                         f"{embedder.config.model_type!r}")
+    module = RecEmbModule(embedder, max_seq_length=max_seq_length, vertical_chunk_size=vertical_chunk_size,
+                          quantize=quantize)
     model = st.SentenceTransformer(modules=[module, _st_modules.Normalize()], prompts=default_prompts(),
                                    similarity_fn_name="cosine", device="cpu")
     model.save(str(destination))

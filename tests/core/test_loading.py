@@ -73,8 +73,9 @@ def test_save_then_load_round_trip_per_dtype(tmp_path):
         model = load_encoder(folder, torch.device("cpu"), dtype=dtype)
         save_encoder(model, tmp_path / str(dtype))
         again = load_encoder(tmp_path / str(dtype), torch.device("cpu"), dtype=dtype)
+        assert model.layers[0].mixer.in_proj.weight.dtype == dtype  # bf16 on the CPU is mixed: projections bf16
         for (k, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
-            assert a.dtype == dtype and torch.equal(a, b), k
+            assert a.dtype == b.dtype and torch.equal(a, b), k
     # and the saved folder is a transformers checkpoint
     from transformers import Mamba2Model
 

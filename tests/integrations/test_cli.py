@@ -233,3 +233,26 @@ def test_calibrate_and_train_refuse_a_folder_of_someone_elses_files(tiny_folder,
         assert main(argv) == 2  # an empty --out must not mean "into the model folder" or "here"
         assert "--out is empty" in capsys.readouterr().err
     assert sorted(p.name for p in tiny_folder.iterdir()) == before
+
+
+@pytest.mark.parametrize("flags, options", [(["--dtype", "bfloat16"], {"dtype": "bfloat16"}),
+                                            (["--quantize", "int8"], {"quantize": "int8"})])
+def test_embed_in_low_precision(tiny_folder, monkeypatch, capsys, flags, options):
+    import io
+
+    from recemb.core import Embedder
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\nsecond line\n"))
+    assert main(["embed", "--model", str(tiny_folder), *flags]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = Embedder.from_pretrained(tiny_folder, device="cpu", **options).encode_documents(
+        ["first line", "second line"])
+    assert max(abs(a - b) for r, e in zip(rows, expected) for a, b in zip(r["vector"], e)) < 1e-5
+
+
+def test_an_unknown_dtype_is_a_clear_error(tiny_folder, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\n"))
+    assert main(["embed", "--model", str(tiny_folder), "--dtype", "float7"]) == 2
+    assert "unknown dtype 'float7'" in capsys.readouterr().err

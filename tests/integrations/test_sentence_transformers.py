@@ -44,7 +44,8 @@ def test_exported_folder_layout(exported):
     assert config["prompts"]["SciFact"] == f"Instruct: {TASK_INSTRUCTIONS['SciFact']}\nQuery: "
     assert config.get("default_prompt_name") is None
     assert json.loads((exported / "recemb_config.json").read_text()) == {"max_seq_length": None,
-                                                                        "vertical_chunk_size": None}
+                                                                        "vertical_chunk_size": None,
+                                                                        "quantize": None}
     assert json.loads((exported / "config.json").read_text())["model_type"] == "mamba2"
     assert (exported / "tokenizer.json").exists() and (exported / "model.safetensors").exists()
     card = (exported / "README.md").read_text()
@@ -192,3 +193,43 @@ def test_context_extension_switch_and_artifacts_travel(exported, tmp_path):
     assert (tmp_path / "saved" / "context_extension.json").is_file()
     again = st.SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
     assert np.allclose(again.encode(TEXTS), on.encode(TEXTS), atol=1e-6)
+
+
+# ---------------------------------------------------------------------- low precision (core/precision.py)
+def test_int8_export_is_recorded_and_loads_quantised(tiny_folder, tmp_path):
+    from recemb.core.precision import is_quantized
+
+    out = export_sentence_transformers(tiny_folder, tmp_path / "int8", quantize="int8")
+    assert json.loads((out / "recemb_config.json").read_text())["quantize"] == "int8"
+    weights = json.loads((out / "config.json").read_text())
+    assert weights["model_type"] == "mamba2"  # the weights on disk stay a plain (unquantised) checkpoint
+    model = st.SentenceTransformer(str(out), trust_remote_code=True, device="cpu")
+    assert model[0].quantize == "int8" and is_quantized(model[0].encoder)
+    expected = Embedder.from_pretrained(tiny_folder, device="cpu", quantize="int8").encode_documents(TEXTS)
+    assert_close("int8 export", torch.as_tensor(expected), torch.as_tensor(model.encode_document(TEXTS)), 1e-5)
+    # model_kwargs overrides the recorded choice: unquantised is the fp32 model
+    plain = st.SentenceTransformer(str(out), trust_remote_code=True, device="cpu",
+                                   model_kwargs={"quantize": None})
+    assert plain[0].quantize is None and not is_quantized(plain[0].encoder)
+    fp32 = Embedder.from_pretrained(tiny_folder, device="cpu").encode_documents(TEXTS)
+    assert_close("unquantised", torch.as_tensor(fp32), torch.as_tensor(plain.encode_document(TEXTS)), 1e-5)
+    # a quantised SentenceTransformer is not saved over a folder (its checkpoint is the fp32 one)
+    with pytest.raises(ValueError, match="int8"):
+        model.save(str(tmp_path / "resaved"))
+
+
+def test_model_kwargs_choose_bf16_and_int8(exported):
+    for options in ({"dtype": "bfloat16"}, {"torch_dtype": "bfloat16"}, {"quantize": "int8"}):
+        model = st.SentenceTransformer(str(exported), trust_remote_code=True, device="cpu", model_kwargs=options)
+        load = {"dtype": options.get("dtype", options.get("torch_dtype")), "quantize": options.get("quantize")}
+        expected = Embedder.from_pretrained(exported, device="cpu", **load).encode_documents(TEXTS)
+        assert_close(str(options), torch.as_tensor(expected), torch.as_tensor(model.encode_document(TEXTS)), 1e-5)
+        reference = Embedder.from_pretrained(exported, device="cpu").encode_documents(TEXTS)
+        cos = torch.nn.functional.cosine_similarity(torch.as_tensor(expected), torch.as_tensor(reference))
+        assert (cos >= 0.995).all(), cos
+
+
+def test_export_refuses_an_unknown_quantize_before_writing(tiny_folder, tmp_path):
+    with pytest.raises(ValueError, match="quantize"):
+        export_sentence_transformers(tiny_folder, tmp_path / "bad", quantize="int4")
+    assert not (tmp_path / "bad").exists()

@@ -84,6 +84,25 @@ def test_conv_torch_equals_reference(dtype, l, has_state, variant):
     assert torch.equal(y_dispatch, y)
 
 
+@pytest.mark.parametrize("l", [1, 3, 37], ids=lambda v: f"L{v}")
+@pytest.mark.parametrize("has_state", [False, True], ids=["no-state", "state"])
+def test_conv_bf16_input_with_fp32_output_is_the_fp32_conv_of_its_values(l, has_state):
+    """A mixed-precision mixer's layout: bf16 x (in_proj's output) with out_dtype fp32 is the fp32 conv of the
+    same (exactly representable) values, and the carried state is fp32 holding x exactly."""
+    gen = torch.Generator().manual_seed(l)
+    b, d, k = 2, 24, 4
+    x = torch.randn(b, l, d, generator=gen).bfloat16()
+    w, bias = torch.randn(d, k, generator=gen), torch.randn(d, generator=gen)
+    conv_state = torch.randn(b, d, k, generator=gen).bfloat16().float() if has_state else None
+    ref_y, ref_state = causal_conv1d_ref(x.float(), w, bias, conv_state)
+    for workspace in (None, Workspace()):
+        y, state = causal_conv1d(x, w, bias, conv_state, backend="torch", workspace=workspace,
+                                 out_dtype=torch.float32)
+        assert y.dtype == state.dtype == torch.float32
+        assert_close("y", ref_y, y, CONV_TOLS[torch.float32])
+        assert torch.equal(state, ref_state)
+
+
 def test_conv_workspace_output_equals_fresh_and_the_state_is_its_own_copy():
     torch.manual_seed(0)
     ws = Workspace()
