@@ -222,25 +222,28 @@ def load_encoder(
     dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere. "auto": on the CPU bf16 where it multiplies
     bf16 natively and the architecture has a mixed-precision path (Mamba2), else fp32; elsewhere the
     checkpoint's. bf16 on the CPU is mixed precision: see ``recemb.core.precision``.
-    quantize "int8": the projections become int8 dynamically quantised layers (CPU, from fp32 weights).
+    quantize "int8": in_proj becomes an int8 dynamically quantised layer (CPU, from fp32 weights); with a bf16
+    ``dtype`` (or "auto" on a CPU with bf16 units) out_proj and the embedding table are then bf16 as above.
     """
     folder = Path(folder)
     device = torch.device(device)
-    quantize = check_quantize(quantize)
+    dtype, quantize = resolve_dtype(dtype), check_quantize(quantize)
     architecture, fmt = detect_architecture(folder)
     if dtype == "auto":
-        dtype = auto_dtype(device, supports_mixed=architecture == "mamba2" and quantize is None)
+        dtype = auto_dtype(device, supports_mixed=architecture == "mamba2")
     if architecture == "mamba2":
         mixed = device.type == "cpu" and dtype in LOW_PRECISION
         model = load_mamba2(folder, device, torch.float32 if mixed or quantize else dtype)
-        if mixed:
+        if quantize is not None:  # from fp32 weights: in_proj to int8
+            quantize_int8(model, device)
+        if mixed:  # then what is left of the projections to bf16
             model.to_mixed_precision(dtype)
     else:
         model = importlib.import_module(f"recemb.core.{architecture}").load(folder, fmt, device, dtype)
         model.requires_grad_(False)
         model.eval()
-    if quantize is not None:
-        quantize_int8(model, device)
+        if quantize is not None:
+            quantize_int8(model, device)  # refuses architectures without an int8 path
     return model
 
 

@@ -183,7 +183,9 @@ def _exact_linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
             return F.linear(x, layer.weight, layer.bias)
         hi = x.to(layer.weight.dtype)
         lo = (x - hi.float()).to(layer.weight.dtype)
-        return F.linear(hi, layer.weight, layer.bias).float() + F.linear(lo, layer.weight).float()
+        both = F.linear(torch.stack([hi, lo]), layer.weight).float()  # one pass over the weight for both halves
+        out = both[0] + both[1]
+        return out if layer.bias is None else out + layer.bias.float()
     return F.linear(x, layer.weight().dequantize(), layer.bias())
 
 

@@ -80,11 +80,17 @@ class Mamba2Encoder(RecurrentEncoder):
         everything else (conv, Δ, A, D, norms, residual stream, state) in fp32 (``core/precision.py``)."""
         if self.embeddings.weight.dtype != torch.float32:
             raise ValueError("to_mixed_precision starts from an fp32 model")
-        self.keep_exact_gates()
+        if self.layers[0].mixer.gate_weight_fp32 is None:  # not yet kept by prepare_int8
+            self.keep_exact_gates()
+        # The weights that stay fp32 get their own memory: loaded ones may be views of the checkpoint file's
+        # mapping, which would otherwise stay mapped (and resident) for a few small tensors.
+        for param in self.parameters():
+            param.data = param.data.clone()
         self.embeddings.to(dtype)
         for layer in self.layers:
-            layer.mixer.in_proj.to(dtype)
-            layer.mixer.out_proj.to(dtype)
+            for projection in (layer.mixer.in_proj, layer.mixer.out_proj):
+                if isinstance(projection, nn.Linear):  # an int8-quantised in_proj stays int8
+                    projection.to(dtype)
         return self
 
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:

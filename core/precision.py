@@ -10,9 +10,10 @@ input in two bf16 halves (``Mamba2Mixer.keep_exact_gate``); that keeps the embed
 fp32 where plain bf16 gave 0.96 (docs/benchmarks.md). On a GPU a bf16 model is bf16 throughout, as the reference
 runs it.
 
-int8 (``quantize="int8"``): the projections become torch's dynamically quantised linear layers (int8 weights
-per output channel, activations quantised per call), chosen by measurement (docs/benchmarks.md, "Low-precision
-CPU inference").
+int8 (``quantize="int8"``): in_proj becomes torch's dynamically quantised linear layer (int8 weights per output
+channel, activations quantised per call; its norm's weight folded in first, ``Mamba2Encoder.prepare_int8``);
+out_proj stays fp32, or bf16 with a bf16 dtype. The library and the split were chosen by measurement
+(docs/benchmarks.md, "Low-precision CPU inference").
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def quantize_int8(model, device: torch.device):
     if device.type != "cpu":
         raise ValueError(f"quantize='int8' runs on the CPU only (torch's quantised kernels); device is {device}")
     if next(model.parameters()).dtype != torch.float32:
-        raise ValueError("quantize='int8' starts from fp32 weights; leave dtype unset or 'float32'")
+        raise ValueError("quantize='int8' starts from fp32 weights")
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     # oneDNN is the engine with VNNI/AMX int8 kernels on x86; fbgemm (x86's default) measured slower here.

@@ -71,9 +71,9 @@ def test_unknown_quantize_is_refused(tiny_folder, bad):
         Embedder.from_pretrained(tiny_folder, device="cpu", quantize=bad)
 
 
-def test_int8_refuses_non_fp32_weights_and_other_architectures(tiny_folder, tmp_path):
-    with pytest.raises(ValueError, match="fp32"):
-        Embedder.from_pretrained(tiny_folder, device="cpu", dtype="bfloat16", quantize="int8")
+def test_int8_refuses_other_devices_and_architectures(tiny_folder, tmp_path):
+    with pytest.raises(ValueError, match="CPU only"):
+        load_encoder(tiny_folder, "meta", quantize="int8")
     from tests.core.test_xlstm import xlstm_transformers_model
 
     xlstm_transformers_model("h2").save_pretrained(str(tmp_path))
@@ -96,6 +96,16 @@ def test_bf16_on_the_cpu_is_mixed_precision(tiny_folder):
         assert s.ssm_state.dtype == torch.float32 and s.conv_state.dtype == torch.float32
     _, states = model.forward_chunk(ids, states, ChunkRun(backend="torch"))  # carried in fp32 too
     assert all(s.ssm_state.dtype == s.conv_state.dtype == torch.float32 for s in states)
+
+
+def test_int8_with_bf16_quantises_in_proj_and_casts_the_rest(tiny_folder):
+    model = load_encoder(tiny_folder, "cpu", dtype=torch.bfloat16, quantize="int8")
+    assert is_quantized(model.layers[0].mixer.in_proj)
+    assert model.layers[0].mixer.out_proj.weight.dtype == model.embeddings.weight.dtype == torch.bfloat16
+    assert model.layers[0].norm.weight.dtype == torch.float32
+    texts = texts_of_every_length()[:4]
+    c = cosines(embed(tiny_folder, texts, dtype="bfloat16", quantize="int8"), embed(tiny_folder, texts))
+    assert (c >= INT8_MIN_COSINE).all(), c
 
 
 def test_fp32_stays_plain_fp32(tiny_folder):
