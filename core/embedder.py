@@ -87,12 +87,14 @@ class Embedder:
         device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
         a GPU; "auto": bf16 on a CPU with native bf16 matmul (AMX, AVX-512 BF16), fp32 on other CPUs. bf16 on
         the CPU is mixed precision (``recemb.core.precision``). quantize: "int8" for int8 in_proj weights on the
-        CPU (opt-in; see docs/benchmarks.md for what it costs and gains). tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
+        CPU (opt-in; docs/benchmarks.md, "Low-precision CPU inference", has what it costs and gains).
+        tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
         (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
         The options are named in ``recemb.core.options`` (LOAD_OPTIONS, CALLER_OPTIONS); ``shared_embedder``
         takes the same ones and loads through the same ``load_pretrained``.
         """
-        model, tok = load_pretrained(name_or_path, device=device, dtype=dtype, quantize=quantize, tokenizer=tokenizer,
+        model, tok = load_pretrained(name_or_path, device=device, dtype=dtype, quantize=quantize,
+                                     tokenizer=tokenizer,
                                      eos_token_id=eos_token_id, revision=revision, cache_dir=cache_dir,
                                      token=token, local_files_only=local_files_only)
         return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,

@@ -141,7 +141,7 @@ class Mamba2Mixer(nn.Module):
         exact = self.gate_weight_fp32 is not None  # a low-precision model: each row's last token at full precision
         if exact:
             last = run.last_token_index(b, l, u.device)
-            z = z.float()  # (b, l, I), a copy the gated norm may overwrite
+            z = z.float()  # (b, l, I) fp32: a copy of bf16 z, or int8 in_proj's own fp32 output (scratch either way)
             z[last] = F.linear(u[last].float(), self.gate_weight_fp32, self.gate_bias_fp32)
             dt = F.linear(u.float(), self.dt_weight_fp32, self.dt_bias_fp32)
         xBC, conv_state = causal_conv1d(
