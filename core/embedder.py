@@ -85,9 +85,9 @@ class Embedder:
         """Load a local folder or a Hugging Face id (resolved through the hub cache; honours HF_HUB_OFFLINE).
 
         device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
-        a GPU; "auto": bf16 on a CPU with native bf16 matmul (AMX, AVX-512 BF16), fp32 on other CPUs. bf16 on
-        the CPU is mixed precision (``recemb.core.precision``). quantize: "int8" for int8 in_proj weights on the
-        CPU (opt-in; docs/benchmarks.md, "Low-precision CPU inference", has what it costs and gains).
+        a GPU; "auto": bf16 on a CPU with fast bf16 matmul (AMX on x86: ``cpu_has_native_bf16``), fp32 on other
+        CPUs. bf16 on the CPU is mixed precision (``recemb.core.precision``). quantize: "int8" for int8 in_proj
+        weights on the CPU (opt-in; docs/benchmarks.md, "Low-precision CPU inference", has what it costs and gains).
         tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
         (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
         The options are named in ``recemb.core.options`` (LOAD_OPTIONS, CALLER_OPTIONS); ``shared_embedder``

@@ -84,6 +84,28 @@ class RecurrentEncoder(nn.Module):
     def to_mixed_precision(self, dtype: torch.dtype) -> "RecurrentEncoder":
         raise NotImplementedError(f"{self.config.model_type} has no mixed-precision CPU path")
 
+    def weight_samples(self) -> list[tuple[str, bytes, str]]:
+        """What identifies the weights (collections fingerprint the model by it): per tensor of the state dict,
+        its name, its first and last 16 values as float64 bytes and its sum to 6 decimals. Taken from the weights as
+        loaded: ``keep_weight_samples`` fixes them before a low-precision conversion, so a model run in bf16 or
+        int8 is still the model its checkpoint holds (and the quantised state dict, which holds packed weights, is
+        never read for it)."""
+        kept = getattr(self, "_weight_samples", None)
+        if kept is not None:
+            return kept
+        samples = []
+        with torch.no_grad():
+            for name, p in sorted(self.state_dict().items()):
+                flat = p.detach().reshape(-1)
+                sample = torch.cat([flat[:16], flat[-16:]]).double().cpu()
+                samples.append((name, sample.numpy().tobytes(), repr(round(float(flat.double().sum()), 6))))
+        return samples
+
+    def keep_weight_samples(self) -> None:
+        """Fix ``weight_samples`` at the weights as they are now (before a conversion changes them)."""
+        self._weight_samples = None
+        self._weight_samples = self.weight_samples()
+
     @property
     def dim(self) -> int:
         return self.config.hidden_size

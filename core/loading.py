@@ -228,12 +228,17 @@ def load_encoder(
     folder = Path(folder)
     device = torch.device(device)
     dtype, quantize = resolve_dtype(dtype), check_quantize(quantize)
+    if quantize is not None and device.type != "cpu":  # refused before the weights are read
+        raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantised kernels); device is "
+                         f"{device}")
     architecture, fmt = detect_architecture(folder)
     if dtype == "auto":
         dtype = auto_dtype(device, supports_mixed=architecture == "mamba2")
     if architecture == "mamba2":
         mixed = device.type == "cpu" and dtype in LOW_PRECISION
         model = load_mamba2(folder, device, torch.float32 if mixed or quantize else dtype)
+        if mixed or quantize is not None:
+            model.keep_weight_samples()  # the checkpoint's identity, before bf16 or int8 change the weights
         if quantize is not None:  # from fp32 weights: in_proj to int8
             quantize_int8(model, device)
         if mixed:  # then what is left of the projections to bf16

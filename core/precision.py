@@ -1,7 +1,7 @@
 """Low-precision CPU inference: which weights take bf16, whether this CPU multiplies bf16 natively, and int8.
 
 Mixed precision on the CPU. Almost all of an encoder's FLOPs are its projections (Mamba2: in_proj, out_proj),
-and CPUs with AMX or AVX-512 BF16 multiply bf16 matrices several times faster than fp32 ones. Everything else is
+and CPUs with AMX multiply bf16 matrices several times faster than fp32 ones. Everything else is
 cheap and carries the numerics: the recurrent state, the decays, the norms and the residual stream. So a CPU model
 loaded in bf16 keeps those in fp32 (as mamba_ssm does for its state and residual) and casts only the projection
 matrices and the embedding table (``Mamba2Encoder.to_mixed_precision``). Each row's last token in a chunk (every
@@ -32,13 +32,12 @@ QUANTIZE_MODES = (None, "int8")
 
 @functools.cache
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bf16 matrix units that torch uses: AMX or AVX-512 BF16 on x86, the BF16 extension
-    on Arm (read from the CPU's feature flags, not guessed from its name)."""
+    """Whether this CPU has bf16 matrix units that make torch's bf16 matmul faster than fp32: AMX on x86, the
+    BF16 extension on Arm (read from the CPU's feature flags, not guessed from its name). AVX-512 BF16 alone does
+    not count: on such a CPU (AMX not exposed) torch's bf16 matmul measured 0.55-0.65x fp32 (docs/benchmarks.md)."""
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "x86"):
-        cpu = torch.cpu
-        return bool(getattr(cpu, "_is_amx_tile_supported", lambda: False)()
-                    or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
+        return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
     if machine in ("aarch64", "arm64"):
         try:
             flags = Path("/proc/cpuinfo").read_text()

@@ -189,6 +189,24 @@ def test_other_model_or_dimension_is_refused_before_writing(store, embedder, tmp
     assert QdrantSync(store, "docs", same).sync(DOCS).unchanged == 3
 
 
+
+@pytest.mark.parametrize(("options", "cosine"), [({"dtype": "bfloat16"}, 0.999), ({"quantize": "int8"}, 0.995)],
+                         ids=["bf16", "int8"])
+def test_the_same_checkpoint_in_low_precision_syncs_the_same_collection(store, embedder, options, cosine):
+    """bf16 and int8 change the weights in memory, not the model: the collection built in fp32 takes their syncs
+    (an int8 state dict holds packed weights, which the fingerprint must not read)."""
+    fp32 = QdrantSync(store, "docs", embedder)
+    fp32.sync(DOCS)
+    low = Embedder.from_pretrained(embedder.inner.name, device="cpu", **options)
+    sync = QdrantSync(store, "docs", low)
+    assert sync.fingerprint == fp32.fingerprint
+    edited = DOCS[:2] + [Document("c.txt", "a changed text, embedded in low precision", DOCS[2].metadata)]
+    report = sync.sync(edited)
+    assert (report.unchanged, report.updated) == (2, 1)
+    new = np.asarray(stored(store)["c.txt"].vector["dense"], dtype=np.float64)
+    want = embedder.inner.encode_documents([edited[2].text])[0].astype(np.float64)
+    assert float(new @ want / np.linalg.norm(new) / np.linalg.norm(want)) >= cosine
+
 def test_foreign_collection_is_refused(store, embedder):
     store.create_collection("foreign", embedder.dim, False, {})
     with pytest.raises(CollectionMismatchError, match="not created by recemb"):
