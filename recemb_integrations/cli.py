@@ -419,6 +419,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         # A mistyped path must not wipe the collection through delete_missing.
         raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]} (nothing synced; pass --keep-missing "
                            "to sync the rest without deleting anything)")
+    executor = _ray_executor(args)  # before the store opens: a missing extra or a bad option costs nothing
     store, where = open_qdrant(args)
     with closing(store):
         recorded = collection_settings(store, args.collection)
@@ -441,7 +442,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report = sync.sync(document_sources(sources.files, sources.ids), delete_missing=not args.keep_missing,
                                allow_mass_delete=allow_mass_delete, skip_empty=args.skip_empty,
                                show_progress_bar=None if not args.json else False, rebuild=args.rebuild,
-                               scope=prefix + "/" if prefix else None)
+                               scope=prefix + "/" if prefix else None, executor=executor)
         except NothingReadableError as e:
             raise CommandError(str(e).replace(" documents could be read", " files could be read")) from None
         except RebuildError as e:
@@ -504,6 +505,21 @@ def _check_id_scheme(store, args: argparse.Namespace, sources: Sources) -> bool:
         if offset is None:
             break
     return len(stored & old_ids) >= len(stored) / 2
+
+
+def _ray_executor(args: argparse.Namespace):
+    """``--ray``: the sync's embedding on Ray actors (``recemb_integrations.ray.RayExecutor``); None without it."""
+    ray_options = [name for name in ("ray_address", "ray_actors", "ray_gpus_per_actor")
+                   if getattr(args, name) is not None]
+    if not args.ray:
+        if ray_options:
+            raise CommandError(f"--{ray_options[0].replace('_', '-')} needs --ray")
+        return None
+    try:
+        from recemb_integrations.ray import RayExecutor
+    except ImportError as e:
+        raise CommandError(str(e)) from None
+    return RayExecutor(address=args.ray_address, concurrency=args.ray_actors, num_gpus=args.ray_gpus_per_actor)
 
 
 def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
@@ -846,6 +862,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rebuild", action="store_true",
                    help="build the collection anew from PATHS with the given settings (e.g. a recemb 0.1 collection "
                         "to hybrid): the new one is built beside it and replaces it only when complete")
+    p.add_argument("--ray", action="store_true",
+                   help="embed on Ray actors (the 'ray' extra): the plan and every write stay in this process, "
+                        "the model runs on the cluster's GPUs (one actor each) or CPUs; files must be readable at "
+                        "the same paths on every node")
+    p.add_argument("--ray-address", help="the Ray cluster to join (e.g. auto, ray://head:10001; default: "
+                                         "RAY_ADDRESS, else a local cluster on this machine)")
+    p.add_argument("--ray-actors", type=positive_int, help="model actors (default: one per GPU, or one per CPU "
+                                                           "but one)")
+    p.add_argument("--ray-gpus-per-actor", type=float, help="GPUs per actor (default: 1 where the cluster has "
+                                                             "GPUs, else 0)")
     qdrant_options(p, sync=True)
     model_options(p)
     p.set_defaults(run=cmd_sync)

@@ -600,6 +600,7 @@ class QdrantSync:
         skip_empty: bool = False,
         rebuild: bool = False,
         scope: str | None = None,
+        executor: Any = None,
     ) -> SyncReport:
         """Bring the collection to exactly ``documents``: add new, re-embed changed, skip unchanged, and with
         ``delete_missing`` delete documents no longer present. Bad documents are reported in ``failed`` and do not
@@ -617,6 +618,11 @@ class QdrantSync:
         ``scope``: an id prefix (e.g. ``"wiki/"``): only stored documents whose ids start with it belong to this sync;
         the others are never deleted nor counted by the mass-deletion guard (several roots in one collection).
 
+        ``executor``: where the embedding runs, e.g. ``recemb_integrations.ray.RayExecutor`` (Ray actors). The plan
+        (new, changed, unchanged, gone) is made here from ids and hashes; the executor embeds the documents to
+        (re-)embed and this process writes their points in the same order as a local sync (passages, then the
+        document point that carries the hash), then deletes what is gone.
+
         ``documents`` may be ``DocumentSource``s: read once to hash them and again only to embed, a batch at a time.
         If every document fails to read, a sync with ``delete_missing`` raises ``NothingReadableError`` before any
         write."""
@@ -627,7 +633,7 @@ class QdrantSync:
             if scope is not None:
                 raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
             return self._rebuild(list(documents), show_progress_bar, on_document, keep_ids, allow_mass_delete,
-                                 skip_empty)
+                                 skip_empty, executor)
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
@@ -675,31 +681,12 @@ class QdrantSync:
             if on_document is not None:
                 on_document(doc.id, action)
 
-        # The second pass: texts are read again only here, a batch at a time; a long one is embedded as a stream as
-        # soon as it is read. Memory is bounded by the batch (or one long document), not by the corpus.
-        with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
-            pending: list[tuple[Document, str]] = []
-            pending_chars = 0
-            for entry, action in to_embed:
-                try:
-                    doc = entry.load()
-                except (OSError, ValueError) as e:  # changed or vanished since the first pass: keep what is stored
-                    report.failed.append((entry.id, f"cannot read: {getattr(e, 'strerror', None) or e}"))
-                    bar.update(1)
-                    continue
-                if self.embedder.streams(doc.text):
-                    self._sync_streamed(doc, action, report, done, show)
-                    bar.update(1)
-                    continue
-                pending.append((doc, action))
-                pending_chars += len(doc.text)
-                if len(pending) == self.batch_size or pending_chars >= BATCH_MAX_CHARS:
-                    self._sync_batch(pending, report, done, show_progress_bar)
-                    bar.update(len(pending))
-                    pending, pending_chars = [], 0
-            if pending:
-                self._sync_batch(pending, report, done, show_progress_bar)
-                bar.update(len(pending))
+        if executor is not None:  # embedding elsewhere (e.g. Ray actors); the writes stay in this process's order
+            executor.run(self, to_embed, report, done, show_progress_bar=show)
+        else:
+            with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
+                self.embed_and_write(to_embed, report, done, show_progress_bar, show_streams=show,
+                                     on_progress=bar.update)
 
         if stale:
             for i in range(0, len(stale), DELETE_BATCH):
@@ -712,6 +699,37 @@ class QdrantSync:
         self._warn_if_too_large(report)
         report.seconds = time.perf_counter() - start
         return report
+
+    def embed_and_write(self, to_embed: Sequence[tuple[_Entry, str]], report: SyncReport, done,
+                        show_progress_bar: bool | None = None, show_streams: bool = False,
+                        on_progress: Callable[[int], Any] = lambda n: None) -> None:
+        """The second pass of a sync: read the texts again, a batch at a time, embed them and write their points
+        (each document's passages before its own point). A long document is embedded as a stream as soon as it is
+        read. Memory is bounded by the batch (or one long document), not by the corpus. ``on_progress(n)``: n more
+        documents are through; ``show_streams``: a bar per streamed document. An executor's workers run this on
+        their share of the documents."""
+        pending: list[tuple[Document, str]] = []
+        pending_chars = 0
+        for entry, action in to_embed:
+            try:
+                doc = entry.load()
+            except (OSError, ValueError) as e:  # changed or vanished since the first pass: keep what is stored
+                report.failed.append((entry.id, f"cannot read: {getattr(e, 'strerror', None) or e}"))
+                on_progress(1)
+                continue
+            if self.embedder.streams(doc.text):
+                self._sync_streamed(doc, action, report, done, show_streams)
+                on_progress(1)
+                continue
+            pending.append((doc, action))
+            pending_chars += len(doc.text)
+            if len(pending) == self.batch_size or pending_chars >= BATCH_MAX_CHARS:
+                self._sync_batch(pending, report, done, show_progress_bar)
+                on_progress(len(pending))
+                pending, pending_chars = [], 0
+        if pending:
+            self._sync_batch(pending, report, done, show_progress_bar)
+            on_progress(len(pending))
 
     def _warn_if_too_large(self, report: SyncReport) -> None:
         threshold = self.store.threshold_points
@@ -737,7 +755,7 @@ class QdrantSync:
 
     # ------------------------------------------------------------------ rebuild
     def _rebuild(self, documents: list, show_progress_bar, on_document, keep_ids, allow_mass_delete,
-                 skip_empty) -> SyncReport:
+                 skip_empty, executor=None) -> SyncReport:
         """Build the collection anew, losing nothing to a crash at any point:
 
         1. the documents are synced into the staging collection ``<name>.recemb-rebuild`` (incremental: a rebuild
@@ -749,7 +767,8 @@ class QdrantSync:
         then. Documents that fail stop the rebuild before step 2 (``RebuildError``): their old versions are kept."""
         if self._finish_interrupted_rebuild():  # the collection was rebuilt already: bring it up to date
             return self.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
-                             keep_ids=keep_ids, allow_mass_delete=allow_mass_delete, skip_empty=skip_empty)
+                             keep_ids=keep_ids, allow_mass_delete=allow_mass_delete, skip_empty=skip_empty,
+                             executor=executor)
         staging = check_collection_name(self.collection + REBUILD_SUFFIX)
         docs, bad = _normalise(documents)
         stale: list[str] = []
@@ -762,14 +781,14 @@ class QdrantSync:
         stage = self._like(staging)
         try:
             report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
-                                allow_mass_delete=True, skip_empty=skip_empty)
+                                allow_mass_delete=True, skip_empty=skip_empty, executor=executor)
         except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
             # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
             _recorded_metadata(self._call(self.store.collection_info, staging).metadata, staging)
             self._call(self.store.delete_collection, staging)
             stage = self._like(staging)
             report = stage.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document,
-                                allow_mass_delete=True, skip_empty=skip_empty)
+                                allow_mass_delete=True, skip_empty=skip_empty, executor=executor)
         unreadable = sorted(set(keep_ids))
         if report.failed or unreadable:
             failed = report.failed + [(d, "could not be read") for d in unreadable]

@@ -15,7 +15,7 @@ def run(code: str) -> str:
 def test_package_imports_no_framework():
     out = run("import sys, recemb_integrations, recemb.core, recemb.kernels\n"
               "print(sorted(m for m in ('langchain_core', 'llama_index', 'qdrant_client', 'sentence_transformers',"
-              " 'triton', 'fastembed', 'mmh3', 'py_rust_stemmers') if m in sys.modules))")
+              " 'triton', 'fastembed', 'mmh3', 'py_rust_stemmers', 'ray') if m in sys.modules))")
     assert out.strip() == "[]"
     assert recemb_integrations.__all__ == []
 
@@ -29,6 +29,8 @@ def test_package_imports_no_framework():
         ("langchain_sparse", ["langchain_qdrant"], "langchain-qdrant"),
         ("sparse", ["mmh3"], "sparse"),
         ("sparse", ["py_rust_stemmers"], "sparse"),
+        ("ray", ["ray"], "ray"),
+        ("ray", ["ray.data"], "ray"),
     ],
 )
 def test_missing_framework_names_the_extra(module, blocked, extra):

@@ -233,3 +233,17 @@ def test_export_refuses_an_unknown_quantize_before_writing(tiny_folder, tmp_path
     with pytest.raises(ValueError, match="quantize"):
         export_sentence_transformers(tiny_folder, tmp_path / "bad", quantize="int4")
     assert not (tmp_path / "bad").exists()
+
+
+def test_multi_process_pool_gives_the_single_process_vectors(st_model, embedder):
+    """sentence-transformers' multi-process encode (one process per device, here two CPU processes) pickles the
+    module into spawned workers: the vectors are the single-process ones, queries keep their instruction."""
+    texts = TEXTS + [f"text number {i} " * (1 + i) for i in range(7)]
+    want_docs, want_queries = embedder.encode_documents(texts), embedder.encode_queries(texts)
+    got = st_model.encode_document(texts, device=["cpu", "cpu"], chunk_size=3)
+    assert_close("documents, two processes", want_docs, got, 1e-5)
+    pool = st_model.start_multi_process_pool(["cpu", "cpu"])
+    try:
+        assert_close("queries, a pool", want_queries, st_model.encode_query(texts, pool=pool, chunk_size=4), 1e-5)
+    finally:
+        st_model.stop_multi_process_pool(pool)
