@@ -302,6 +302,7 @@ def document_sources(files: list[Path], ids: list[str]):
         except OSError:
             size = 0  # reported when it is read
         metadata = {"file_name": f.name, "suffix": f.suffix.lower(), "bytes": size}
+        f = f.absolute()  # read where the process's directory may differ (a Ray actor, `recemb sync --ray`)
         fingerprint = None if f.suffix.lower() in FORMAT_SUFFIXES else (lambda f=f: text_fingerprint(f))
         sources.append(DocumentSource(doc_id, (lambda f=f: read_text(f)), metadata, fingerprint, size))
     return sources

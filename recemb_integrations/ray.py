@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from recemb_integrations._imports import require
@@ -47,25 +48,30 @@ def _ensure_ray(address: str | None = None) -> None:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
 
 
+def _check_pool(num_gpus: float | None, num_cpus: float | None, concurrency: int | None) -> None:
+    for name, value in (("num_gpus", num_gpus), ("num_cpus", num_cpus)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
+
+
 def _actor_resources(num_gpus: float | None, num_cpus: float | None, concurrency: int | None) -> dict[str, Any]:
     """map_batches' resources for the actor pool: one GPU per actor where the cluster has GPUs (``num_gpus=None``),
     else CPU actors; by default as many actors as GPUs, or (CPU) one per ``num_cpus`` CPUs leaving one CPU for
     Ray Data's own tasks."""
+    _check_pool(num_gpus, num_cpus, concurrency)
     resources = ray.cluster_resources()
     if num_gpus is None:
         num_gpus = 1 if resources.get("GPU", 0) >= 1 else 0
     if num_cpus is None:
         num_cpus = 1
-    for name, value in (("num_gpus", num_gpus), ("num_cpus", num_cpus)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     if concurrency is None:
         if num_gpus > 0:
             concurrency = max(1, int(resources.get("GPU", 0) // num_gpus))
         else:
             concurrency = max(1, int((resources.get("CPU", 1) - 1) // max(num_cpus, 1e-9)))
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
     return {"num_gpus": num_gpus, "num_cpus": num_cpus, "compute": ray.data.ActorPoolStrategy(size=concurrency)}
 
 
@@ -252,6 +258,7 @@ class RayExecutor:
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        _check_pool(num_gpus, num_cpus, concurrency)  # here, not after the sync has made its plan
         self.address, self.concurrency, self.num_gpus, self.num_cpus = address, concurrency, num_gpus, num_cpus
         self.batch_size = batch_size
 
@@ -264,6 +271,8 @@ class RayExecutor:
                   "backend": emb.backend, "chunk_size": emb.chunk_size,
                   "context_extension": getattr(emb, "_context_extension", "auto")}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        if Path(model).exists():  # a folder here: the actors' working directory may be another
+            model = str(Path(model).absolute())
         return str(model), {**kwargs, **self.model_kwargs}
 
     def run(self, sync, to_embed: Sequence[tuple[Any, str]], report, done: Callable[[Any, str], None],

@@ -133,6 +133,21 @@ def test_distributed_sync_ends_in_the_single_process_state(cluster, tiny_folder,
         assert_same_state(snapshot(on_ray), snapshot(local))
 
 
+def test_a_rebuild_on_ray_equals_the_local_rebuild(cluster, tiny_folder, tmp_path):
+    emb = Embedder.from_pretrained(tiny_folder, device="cpu")
+    docs = corpus(6, long_doc=False)
+    rebuilt = {**SETTINGS, "passage_tokens": 32, "passage_overlap": 0}
+    with open_store(path=tmp_path / "ray", kind="edge") as on_ray, \
+            open_store(path=tmp_path / "local", kind="edge") as local:
+        for store in (on_ray, local):
+            QdrantSync(store, "docs", emb, **SETTINGS).sync(docs)
+        report = QdrantSync(on_ray, "docs", emb, **rebuilt).sync(docs, rebuild=True,
+                                                                 executor=RayExecutor(concurrency=1))
+        single = QdrantSync(local, "docs", emb, **rebuilt).sync(docs, rebuild=True)
+        assert counts(report) == counts(single) and report.added == len(docs)
+        assert on_ray.list_collections() == local.list_collections() == ["docs"]
+        assert_same_state(snapshot(on_ray), snapshot(local))
+
 def read_or_die_once(text: str, marker: str):
     """A document source's ``read`` that SIGKILLs the process reading it (a Ray actor) the first time, and records
     each reader's pid: the actor dies mid-batch, as one lost with its machine would."""
@@ -250,6 +265,10 @@ def test_ray_executor_checks_its_options():
         RayExecutor(model_kwargs={"devcie": "cuda"})
     with pytest.raises(ValueError, match="batch_size"):
         RayExecutor(batch_size=0)
+    with pytest.raises(ValueError, match="concurrency"):
+        RayExecutor(concurrency=0)
+    with pytest.raises(ValueError, match="num_gpus"):
+        RayExecutor(num_gpus=-1)
 
 
 def test_cli_sync_on_ray_equals_the_plain_sync(cluster, tiny_folder, tmp_path, capsys):
