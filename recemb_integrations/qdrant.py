@@ -380,13 +380,17 @@ class QdrantSync:
             layout["sparse_language"] = recorded["sparse"].get("language", "english")
         return cls(store, collection, embedder, **{**layout, **kwargs})
 
+    def settings(self) -> dict[str, Any]:
+        """This instance's keyword arguments (all but the store, collection and embedder): what another sync with
+        the same settings is built from (a rebuild's staging collection, a Ray actor's sync)."""
+        return dict(model_id=self.model_id, store_text=self.store_text, passage_tokens=self.passage_tokens,
+                    passage_overlap=self.passage_overlap, batch_size=self.batch_size, retries=self._retries,
+                    max_tokens=self.max_tokens, sparse=self.sparse, sparse_language=self.sparse_language,
+                    index_metadata=dict(self.index_metadata))
+
     def _like(self, collection: str) -> "QdrantSync":
         """Another collection's sync with this one's settings (the staging collection of a rebuild)."""
-        return QdrantSync(self.store, collection, self.embedder, model_id=self.model_id, store_text=self.store_text,
-                          passage_tokens=self.passage_tokens, passage_overlap=self.passage_overlap,
-                          batch_size=self.batch_size, retries=self._retries, max_tokens=self.max_tokens,
-                          sparse=self.sparse, sparse_language=self.sparse_language,
-                          index_metadata=self.index_metadata)
+        return QdrantSync(self.store, collection, self.embedder, **self.settings())
 
     # ------------------------------------------------------------------ collection
     @property

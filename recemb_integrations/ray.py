@@ -288,10 +288,7 @@ class RayExecutor:
         model, model_kwargs = self._actor_model(sync)
         _ensure_ray(self.address)
         resources = _actor_resources(self.num_gpus, self.num_cpus, self.concurrency)
-        settings = dict(collection=sync.collection, model_id=sync.model_id, store_text=sync.store_text,
-                        passage_tokens=sync.passage_tokens, passage_overlap=sync.passage_overlap,
-                        batch_size=sync.batch_size, max_tokens=sync.max_tokens, sparse=sync.sparse,
-                        sparse_language=sync.sparse_language)
+        settings = dict(sync.settings(), collection=sync.collection)
         recorded = _recorded_metadata(sync._call(sync.store.collection_info, sync.collection).metadata,
                                       sync.collection)
         # Similar lengths travel together (the actors' batches pad less); the order of writes across documents

@@ -161,3 +161,26 @@ def save_codestral_checkpoint(model, folder: Path) -> Path:
     state["model.lm_head.weight"] = torch.randn(c.vocab_size, c.hidden_size)
     save_file(state, str(folder / "consolidated.safetensors"))
     return folder
+
+
+def sigkill_after_progress(argv: list[str], progress: Path, at_least: int, timeout: float = 180.0) -> int:
+    """Run ``argv`` (a Python script that appends a line to ``progress`` per document written), SIGKILL it once at
+    least ``at_least`` lines are there, and return how many were written: a process killed mid-way, as by a crash.
+    Fails if the process ended by itself first."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=os.getcwd())
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if progress.exists() and len(progress.read_text().split()) >= at_least:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the process finished (or failed) before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return len(progress.read_text().split())

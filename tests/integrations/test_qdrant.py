@@ -2,14 +2,8 @@
 sync and search."""
 
 import math
-import os
 import warnings
-import signal
-import subprocess
-import sys
 import textwrap
-import time
-from contextlib import closing
 
 import numpy as np
 import pytest
@@ -29,7 +23,8 @@ from recemb_integrations.qdrant import (  # noqa: E402
     content_hash,
     point_id,
 )
-from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, transformers_model  # noqa: E402
+from tests.utils import (  # noqa: E402
+    SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model)
 
 DOCS = [
     Document("a.txt", "state space models keep a fixed-size state", {"lang": "en", "n": 1}),
@@ -335,18 +330,8 @@ def test_sync_killed_midway_converges_on_rerun(tmp_path, tiny_folder, kind):
         pytest.importorskip("qdrant_edge")
     script, folder, progress = tmp_path / "run.py", tmp_path / "store", tmp_path / "progress"
     script.write_text(KILL_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, str(script), str(tiny_folder), str(folder), kind, str(progress)],
-                            env=env)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if progress.exists() and len(progress.read_text().split()) >= 10:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the sync finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    written_before_kill = len(progress.read_text().split())
+    written_before_kill = sigkill_after_progress([str(script), str(tiny_folder), str(folder), kind, str(progress)],
+                                                 progress, at_least=10, timeout=120)
     assert 10 <= written_before_kill < 60
 
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
