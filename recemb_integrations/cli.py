@@ -516,11 +516,16 @@ def _ray_executor(args: argparse.Namespace):
         if ray_options:
             raise CommandError(f"--{ray_options[0].replace('_', '-')} needs --ray")
         return None
+    if args.ray_address is not None and not args.ray_address.strip():
+        raise CommandError("--ray-address is empty (an unset shell variable?); nothing was done")
     try:
         from recemb_integrations.ray import RayExecutor
     except ImportError as e:
         raise CommandError(str(e)) from None
-    return RayExecutor(address=args.ray_address, concurrency=args.ray_actors, num_gpus=args.ray_gpus_per_actor)
+    try:
+        return RayExecutor(address=args.ray_address, concurrency=args.ray_actors, num_gpus=args.ray_gpus_per_actor)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
 
 
 def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:

@@ -259,6 +259,9 @@ class RayExecutor:
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         _check_pool(num_gpus, num_cpus, concurrency)  # here, not after the sync has made its plan
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            # an empty address (an unset shell variable) must not quietly start a local cluster instead
+            raise ValueError(f"address must name a Ray cluster (e.g. 'auto', 'ray://head:10001'), got {address!r}")
         self.address, self.concurrency, self.num_gpus, self.num_cpus = address, concurrency, num_gpus, num_cpus
         self.batch_size = batch_size
 

@@ -3,10 +3,7 @@ sync against the single-process results, a killed actor, a killed driver, mismat
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +20,8 @@ from recemb_integrations.qdrant import (  # noqa: E402
     CollectionMismatchError, Document, DocumentSource, QdrantSync, content_hash)
 from recemb_integrations.ray import RayExecutor, embed_dataset  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, transformers_model  # noqa: E402
+from tests.utils import (  # noqa: E402
+    SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model)
 
 SETTINGS = dict(batch_size=3, passage_tokens=48, passage_overlap=8, store_text=True)
 
@@ -210,18 +208,8 @@ def test_a_driver_killed_midway_converges_on_rerun(cluster, tiny_folder, tmp_pat
     pytest.importorskip("qdrant_edge")
     script, folder, progress = tmp_path / "driver.py", tmp_path / "store", tmp_path / "progress"
     script.write_text(DRIVER)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, str(script), cluster, str(tiny_folder), str(folder), str(progress)],
-                            env=env, cwd=os.getcwd())
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
-        if progress.exists() and len(progress.read_text().split()) >= 5:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the sync finished (or failed) before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    written_before_kill = len(progress.read_text().split())
+    written_before_kill = sigkill_after_progress(
+        [str(script), cluster, str(tiny_folder), str(folder), str(progress)], progress, at_least=5)
     assert 5 <= written_before_kill < 30
 
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
@@ -269,6 +257,8 @@ def test_ray_executor_checks_its_options():
         RayExecutor(concurrency=0)
     with pytest.raises(ValueError, match="num_gpus"):
         RayExecutor(num_gpus=-1)
+    with pytest.raises(ValueError, match="address must name a Ray cluster"):
+        RayExecutor(address=" ")
 
 
 def test_cli_sync_on_ray_equals_the_plain_sync(cluster, tiny_folder, tmp_path, capsys):
@@ -300,4 +290,10 @@ def test_cli_ray_options_need_ray(tiny_folder, tmp_path, capsys):
     assert main(["sync", str(tmp_path / "a.txt"), "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s"),
                  "--ray-address", "auto"]) == 2
     assert "--ray-address needs --ray" in capsys.readouterr().err
+    assert main(["sync", str(tmp_path / "a.txt"), "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s"),
+                 "--ray", "--ray-address", ""]) == 2
+    assert "--ray-address is empty" in capsys.readouterr().err
+    assert main(["sync", str(tmp_path / "a.txt"), "--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "s"),
+                 "--ray", "--ray-gpus-per-actor", "-1"]) == 2
+    assert "num_gpus must be a number >= 0" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
