@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -209,16 +210,18 @@ class Embedder:
     def tokenize_stream(self, text: str, prompt: str | None = None, max_length: int | None = None,
                         on_chars=None) -> TokenStream:
         """The ids of ``tokenize([text], prompt, max_length)[0]`` as bounded pieces, computed lazily on text
-        windows; ``on_chars(n)`` reports progress in characters. ``.truncated`` tells whether the limit cut it."""
+        windows; ``on_chars(n)`` reports progress in characters. ``.truncated`` tells whether the limit cut it,
+        ``.notes`` what bounding the memory took (a stretch read no further, words made the unknown token)."""
         if self.tokenizer is None:
             self.tokenize([])  # the error that names the missing tokenizer
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
-        pieces = self.tokenizer.encode_stream(prompt + text if prompt else text, on_chars=on_chars)
+        notes: list[str] = []
+        pieces = self.tokenizer.encode_stream(prompt + text if prompt else text, on_chars=on_chars, notes=notes)
         limit = _check_positive("max_length", max_length) or self.max_length
-        return TokenStream(pieces, self.tokenizer.eos_token_id, limit)
+        return TokenStream(pieces, self.tokenizer.eos_token_id, limit, notes=notes)
 
     def encode_stream(self, text: str, prompt: str | None = None, normalize: bool = True,
                       max_length: int | None = None, vertical_chunk_size: int | None = None,
@@ -233,8 +236,11 @@ class Embedder:
         with tqdm(total=len(text), disable=show_progress_bar is False, unit="char", unit_scale=True,
                   desc="Embedding") as bar:
             stream = self.tokenize_stream(text, prompt=prompt, max_length=max_length, on_chars=bar.update)
-            return self.embed_stream(stream, total_tokens=total, normalize=normalize,
-                                     vertical_chunk_size=vertical_chunk_size)
+            vector = self.embed_stream(stream, total_tokens=total, normalize=normalize,
+                                       vertical_chunk_size=vertical_chunk_size)
+        for note in stream.notes:  # what the embedding is of, when it is not of every character
+            warnings.warn(f"the text was embedded in bounded memory: {note}", stacklevel=2)
+        return vector
 
     def count_tokens(self, text: str, prompt: str | None = None, max_length: int | None = None,
                      on_chars=None) -> int:

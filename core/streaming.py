@@ -10,17 +10,20 @@ class TokenizationError(RuntimeError):
 
 
 class TokenStream:
-    """Iterate over the pieces of one text's ids; ``tokens`` and ``truncated`` describe what was yielded.
+    """Iterate over the pieces of one text's ids; ``tokens`` and ``truncated`` describe what was yielded, ``notes``
+    what the tokenizer had to do to keep memory bounded (``TextTokenizer.encode_stream``), once consumed.
 
     Truncation keeps the first ``max_length - 1`` tokens and ends with EOS, like ``Embedder.tokenize``; a text
     that fits is yielded unchanged. Once truncation is certain the tokenizer is not run on the rest of the text.
     A stream is consumed once.
     """
 
-    def __init__(self, pieces: Iterable[list[int]], eos_token_id: int, max_length: int | None = None):
+    def __init__(self, pieces: Iterable[list[int]], eos_token_id: int, max_length: int | None = None,
+                 notes: list[str] | None = None):
         self._pieces = pieces
         self.eos_token_id = eos_token_id
         self.max_length = max_length
+        self.notes = notes if notes is not None else []
         self.tokens = 0  # yielded so far
         self.truncated = False
         self.done = False

@@ -18,6 +18,19 @@ _LOCAL_NORMALIZERS = {"Lowercase": True, "NFC": True, "NFD": True, "NFKC": True,
                       "BertNormalizer": False, "StripAccents": False}
 _SPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}  # no pre-token holds a space
 _CUT_CANDIDATE = re.compile(r"(?<=\S) (?=\S)")  # re's \s is str.isspace(), a superset of the tokenizers' \s
+# Pre-tokenizers (and Sequences of them) whose splits between two characters depend on those two alone, so a cut
+# can be checked on the pair: where they split behind a character-local normalizer, any cut is exact.
+_PAIR_SPLITTERS = _SPACE_SPLITTERS
+# Normalizers that map a letter or digit to letters, digits and marks only (never whitespace or punctuation, never
+# nothing): a run of them stays inside one pre-token of at least its length.
+_WORD_KEEPING = {"BertNormalizer", "Lowercase", "NFC", "NFD", "StripAccents"}
+# CJK ideographs (BertNormalizer pads them with spaces; a superset of its ranges) and where pair splitters may split.
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf\U0002f800-\U0002fa1f"
+_SPLIT_CANDIDATE = re.compile(f"[\\W_{_CJK}]")  # a character a split may follow or precede
+_LETTERS = f"[^\\W_{_CJK}]"  # letters and digits: never split from each other by a pair splitter
+# A stretch this long without an exact cut is not tokenized in one piece (memory grows with it): a WordPiece word
+# longer than its limit is the unknown token it always is, anything else is read no further (and said so).
+STREAM_MAX_PIECE_CHARS = 1 << 21
 
 
 class TextTokenizer:
@@ -76,8 +89,11 @@ class TextTokenizer:
         self.tokenizer.save_pretrained(str(folder))
 
     def encode_stream(self, text: str, window_chars: int = 1 << 18,
-                      on_chars: Callable[[int], None] | None = None) -> Iterator[list[int]]:
-        """Token ids of one text as consecutive pieces; joined, they equal ``self.encode([text])[0]`` exactly.
+                      on_chars: Callable[[int], None] | None = None,
+                      max_piece_chars: int | None = None,
+                      notes: list[str] | None = None) -> Iterator[list[int]]:
+        """Token ids of one text as consecutive pieces; joined, they equal ``self.encode([text])[0]`` exactly
+        (but see "Bounded" below).
 
         The tokenizer runs on windows of about ``window_chars`` characters without special tokens (the
         post-processor's prefix goes on the first piece, its suffix and the appended EOS on the last), so
@@ -96,9 +112,21 @@ class TextTokenizer:
           starting at the space depends only on what follows (add_prefix_space skips a half starting with a
           space); a Sequence of these splits there at its first member already;
         - the model tokenizes each pre-token alone.
-        The last admissible cut in the window's second half is taken, else the first after the window (a long
-        stretch without one is tokenized as one bigger piece). Other pipelines (``streamable`` False) get the
-        whole ``encode`` in one piece: still exact, not bounded.
+        Behind pre-tokenizers that split by character pairs (Bert, Whitespace, WhitespaceSplit, and Sequences of
+        them) and a character-local normalizer, more cuts are exact: one just before a lone whitespace character
+        of any kind, and one between two non-whitespace characters where the pipeline itself splits (punctuation,
+        CJK ideographs), each checked by running the normalizer and the pre-tokenizer on the two characters; the
+        added-token rule above holds for both. Text without spaces (CJK, minified data) is cut there.
+
+        The last admissible cut in the window's second half is taken, else the first after the window.
+
+        Bounded: a stretch of more than ``max_piece_chars`` characters (default ``STREAM_MAX_PIECE_CHARS``)
+        without an admissible cut is not tokenized as one piece. In a WordPiece pipeline a word (a run of letters
+        and digits) longer than the model's ``max_input_chars_per_word`` is its unknown token whatever it holds, so
+        such a word is given that token without being tokenized: still exact. Otherwise the text is read no further
+        than ``max_piece_chars`` past the last cut: the ids are those of the text cut there, and a line in
+        ``notes`` (a list, if given) says so, as it says how many words became the unknown token. Other pipelines
+        (``streamable`` False) get the whole ``encode`` in one piece: still exact, not bounded.
         """
         if window_chars < 1:
             raise ValueError(f"window_chars must be >= 1, got {window_chars}")
@@ -108,21 +136,51 @@ class TextTokenizer:
                 on_chars(n)
             yield self.encode([text])[0]
             return
-        start = 0
+        reach = max(STREAM_MAX_PIECE_CHARS if max_piece_chars is None else max_piece_chars, window_chars)
+        start, unknown_words, unknown_chars = 0, 0, 0
         while start < n:
-            cut = n if n - start <= window_chars else self._find_cut(text, start, start + window_chars)
-            if start == 0 and cut == n:  # no admissible cut at all
+            cut = n if n - start <= window_chars else self._find_cut(text, start, start + window_chars,
+                                                                     min(n - 1, start + reach))
+            if cut is None and n - start <= reach:  # the rest is one piece of bounded size
+                cut = n
+            word = self._long_word(text, start, start + reach) if cut is None else None
+            if cut is not None and start == 0 and cut == n:  # no admissible cut at all
                 ids = self.encode([text])[0]
-            else:
-                ids = self.tokenizer(text[start:cut], add_special_tokens=False)["input_ids"]
-                if start == 0:
-                    ids = self._prefix + ids
+            elif cut is not None:
+                ids = self._piece(text, start, cut)
+            elif word is not None:  # the text before the word, then the word as the unknown token
+                ids = self._piece(text, start, word[0], end=False) + [self._unknown_word[1]]
+                cut = word[1]
+                unknown_words, unknown_chars = unknown_words + 1, unknown_chars + cut - word[0]
                 if cut == n:
-                    ids = ids + self._suffix
+                    ids += self._suffix
+            else:  # read no further: the ids of the text cut here
+                end = min(n, start + reach)
+                ids = self._piece(text, start, end, end=True)
+                if notes is not None:
+                    notes.append(f"only its first {end:,} of {n:,} characters were read: from character {start:,} "
+                                 f"on, {reach:,} characters hold no place where this tokenizer can be cut exactly "
+                                 "(no space, and no boundary it splits at), and a longer piece would take memory "
+                                 "that grows with it")
+                cut = n
             if on_chars is not None:
                 on_chars(cut - start)
             yield ids
             start = cut
+        if unknown_words and notes is not None:
+            notes.append(f"{unknown_words:,} word{'s' * (unknown_words > 1)} of more than "
+                         f"{self._unknown_word[0]} characters ({unknown_chars:,} characters in all) became the "
+                         "unknown token, as this tokenizer makes every word that long")
+
+    def _piece(self, text: str, start: int, cut: int, end: bool | None = None) -> list[int]:
+        """The ids of text[start:cut] with the prefix on the first piece and, at the end (``end``, by default
+        whether ``cut`` is the text's end), the suffix."""
+        ids = self.tokenizer(text[start:cut], add_special_tokens=False)["input_ids"] if cut > start else []
+        if start == 0:
+            ids = self._prefix + ids
+        if (cut == len(text)) if end is None else end:
+            ids = ids + self._suffix
+        return ids
 
     def _init_stream(self) -> None:
         """Decide once whether texts can be cut (see ``encode_stream``) and prepare the cut check."""
@@ -146,6 +204,17 @@ class TextTokenizer:
         self._added_len = max(map(len, raw + normed), default=0)
         self._added = _literal_alternation(raw)
         self._added_normed = _literal_alternation(normed)
+        self._pair_cuts = _splits_in_pairs(spec.get("pre_tokenizer"))
+        self._pre_tokenize = backend.pre_tokenizer.pre_tokenize_str if self._pair_cuts else None
+        model = spec.get("model") or {}
+        unk = model.get("unk_token")
+        unk_id = backend.token_to_id(unk) if isinstance(unk, str) else None
+        # (longest word tokenized, the unknown token's id) where a longer word is that id whatever it holds
+        self._unknown_word = None
+        if (model.get("type") == "WordPiece" and self._pair_cuts and unk_id is not None and self._added_normed is None
+                and _keeps_words(spec.get("normalizer"))):
+            self._unknown_word = (int(model.get("max_input_chars_per_word", 100)), int(unk_id))
+            self._long_run = re.compile(f"{_LETTERS}{{{self._unknown_word[0] + 1},}}")
         self.streamable = True
 
     def _probe_affixes(self) -> tuple[list[int], list[int]] | None:
@@ -163,11 +232,12 @@ class TextTokenizer:
             found = affixes
         return found
 
-    def _find_cut(self, text: str, start: int, end: int) -> int:
-        """The last admissible cut in the window's second half, else the first after ``end``, else len(text).
+    def _find_cut(self, text: str, start: int, end: int, reach: int) -> int | None:
+        """The last admissible cut in the window's second half, else the first after ``end`` up to ``reach``, else
+        None.
 
         Searching only the second half keeps windows at least half full, so the backward search costs
-        O(window) per window; the forward search skips spaces next to whitespace in C (the regex).
+        O(window) per window; the forward search finds candidates in C (the regex).
         """
         lo = max(start + 1, end - max(1, (end - start) // 2))
         p = text.rfind(" ", lo, end + 1)
@@ -175,16 +245,67 @@ class TextTokenizer:
             if self._admissible(text, p):
                 return p
             p = text.rfind(" ", lo, p)
-        for m in _CUT_CANDIDATE.finditer(text, end + 1):
-            if self._admissible(text, m.start()):
-                return m.start()
-        return len(text)
+        if self._pair_cuts:  # no space to cut at: where the pipeline splits
+            for p in reversed(list(self._split_candidates(text, lo, end))):
+                if self._admissible(text, p):
+                    return p
+        candidates = self._split_candidates(text, end + 1, reach) if self._pair_cuts else (
+            m.start() for m in _CUT_CANDIDATE.finditer(text, end + 1, reach + 2))
+        return next((p for p in candidates if p <= reach and self._admissible(text, p)), None)
+
+    @staticmethod
+    def _split_candidates(text: str, lo: int, hi: int) -> Iterator[int]:
+        """Positions in [lo, hi], ascending, just before or after a character that a pair splitter may split at."""
+        last = -1
+        for m in _SPLIT_CANDIDATE.finditer(text, max(lo - 1, 0), hi + 1):
+            for p in (m.start(), m.start() + 1):
+                if lo <= p <= hi and p > last:
+                    last = p
+                    yield p
+
+    def _pair_split(self, text: str, p: int) -> bool:
+        """Whether the pipeline splits between text[p - 1] and text[p] (normalized, then pre-tokenized)."""
+        left, right = text[p - 1], text[p]
+        if self._normalize is not None:
+            left, right = self._normalize(left), self._normalize(right)
+        if not left or not right:  # a dropped character: judged by its neighbours, conservatively never
+            return False
+        at = len(left)
+        return all(end <= at or begin >= at for _, (begin, end) in self._pre_tokenize(left + right))
+
+    def _long_word(self, text: str, start: int, reach: int) -> tuple[int, int] | None:
+        """(begin, end) of a word longer than WordPiece tokenizes, the first one starting before ``reach``, with
+        exact cuts on both sides; None where the pipeline has no such rule or none is there."""
+        if self._unknown_word is None:
+            return None
+        run = self._long_run.search(text, start)
+        if run is None or run.start() > reach:
+            return None
+        begin, end = run.start(), run.end()
+        while begin > start and not self._pair_split(text, begin):  # the word may hold more than the run
+            begin -= 1
+        while end < len(text) and not self._pair_split(text, end):
+            end += 1
+        if self._added is not None and self._added.search(text, max(start, begin - self._added_len),
+                                                          min(len(text), end + self._added_len)):
+            return None  # an added token is matched first, inside the word or touching it
+        return begin, end
 
     def _admissible(self, text: str, p: int) -> bool:
-        """Whether a cut just before the space ``text[p]`` is safe (see ``encode_stream``)."""
+        """Whether a cut just before ``text[p]`` is safe (see ``encode_stream``): before a space between two
+        non-whitespace characters, or, behind a pair splitter, before any lone whitespace character or between two
+        non-whitespace characters that the pipeline splits."""
         n = len(text)
-        # The character before must not be whitespace (rstrip tokens, ByteLevel); the one after is a margin.
-        if p <= 0 or p + 1 >= n or text[p - 1].isspace() or text[p + 1].isspace():
+        if p <= 0 or p >= n:
+            return False
+        before, at = text[p - 1].isspace(), text[p].isspace()
+        if text[p] == " " or (at and self._pair_cuts):
+            # The character before must not be whitespace (rstrip tokens, ByteLevel); the one after is a margin.
+            if p + 1 >= n or before or text[p + 1].isspace():
+                return False
+        elif not self._pair_cuts or before or at:
+            return False
+        if self._pair_cuts and not self._pair_split(text, p):
             return False
         if self._added is None and self._added_normed is None:
             return True
@@ -229,6 +350,25 @@ def _normalizer_kind(spec: dict | None) -> tuple[bool, bool]:
         if isinstance(pattern, str) and len(pattern) == 1 and not pattern.isspace():
             return True, bool(content) and not any(c.isspace() for c in content)
     return False, False  # Prepend, Strip, Precompiled, ByteLevel (the space becomes 'Ġ'), regex Replace, ...
+
+
+def _splits_in_pairs(spec: dict | None) -> bool:
+    """Whether every split the pre-tokenizer makes between two characters depends on those two alone."""
+    if spec is None:
+        return False
+    if spec.get("type") == "Sequence":
+        members = spec.get("pretokenizers") or []
+        return bool(members) and all(_splits_in_pairs(s) for s in members)
+    return spec.get("type") in _PAIR_SPLITTERS
+
+
+def _keeps_words(spec: dict | None) -> bool:
+    """Whether the normalizer keeps a run of letters and digits a run of letters, digits and marks, no shorter."""
+    if spec is None:
+        return True
+    if spec.get("type") == "Sequence":
+        return all(_keeps_words(s) for s in spec.get("normalizers", ()))
+    return spec.get("type") in _WORD_KEEPING
 
 
 def _splits_at_space(spec: dict | None, keeps_nonspace: bool) -> bool:

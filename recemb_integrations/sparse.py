@@ -25,8 +25,10 @@ length of the first sync's documents when it creates a collection, records it in
 it for every later sync: values written with different avg_len would not be comparable.
 
 Long texts take bounded memory: they are read in windows of about ``TEXT_WINDOW_CHARS`` characters cut just before
-a " " or "\\n" (neither cased nor case-ignorable, so the context-sensitive ``lower()`` of a Greek final sigma and the
-regexes see the same thing as on the whole text); only the counts per stem grow with the text.
+a " " or "\\n", or in text without them just before any other character that is not ``\\w`` (it is whitespace, or
+becomes " " before ``lower()``: neither cased nor case-ignorable, so the context-sensitive ``lower()`` of a Greek
+final sigma and the regexes see the same thing as on the whole text); only the counts per stem grow with the text.
+A single run of ``\\w`` characters longer than a window is read whole.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ STOPWORDS_DIR = Path(__file__).resolve().parent / "stopwords"
 
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")
 _WORD = re.compile(r"\w+")
+_NOT_WORD = re.compile(r"\W")
 _DROPPED = ""  # a token's cached "stem" when it is dropped (fastembed drops empty stems too)
 
 
@@ -124,17 +127,20 @@ def _check_text(text: object) -> str:
 
 
 def _windows(text: str) -> Iterator[str]:
-    """Consecutive pieces of text, each but the first starting with " " or "\\n", about TEXT_WINDOW_CHARS long."""
+    """Consecutive pieces of text, each but the first starting with " " or "\\n" (else another non-\\w character),
+    about TEXT_WINDOW_CHARS long."""
     size = TEXT_WINDOW_CHARS  # read at call time, so tests can shrink it
     start = 0
     while len(text) - start > size:
         end = start + size
         cut = max(text.rfind(" ", start + 1, end + 1), text.rfind("\n", start + 1, end + 1))
+        if cut <= start:  # text without spaces: before the window's last non-word character
+            cut = max((m.start() for m in _NOT_WORD.finditer(text, end - size // 2, end + 1)), default=-1)
         if cut <= start:  # no cut point inside the window: extend it to the next one
-            later = [i for i in (text.find(" ", end + 1), text.find("\n", end + 1)) if i >= 0]
-            if not later:
+            later = _NOT_WORD.search(text, end + 1)
+            if later is None:
                 break
-            cut = min(later)
+            cut = later.start()
         yield text[start:cut]
         start = cut
     yield text[start:]
@@ -263,6 +269,23 @@ class Bm25:
         """Every distinct token id with value 1.0: the query side of BM25 is the IDF, which Qdrant applies."""
         counts, _ = self._stem_counts(_check_text(text))
         return _sorted(dict.fromkeys((abs(_mmh3.hash(stem)) for stem in counts), 1.0))
+
+    def why_no_terms(self, text: str) -> str:
+        """Why ``embed_query(text)`` is empty, in words: no words at all, or what dropped the words it has (text
+        without spaces, such as Chinese or Japanese, is one long BM25 word, dropped past ``token_max_length``)."""
+        words = [token for tokens in _raw_tokens(_check_text(text)) for token in tokens]
+        if not words:
+            return "it holds no words, only punctuation and spaces" if text.strip() else "it is empty"
+        stopwords = sum(w.lower() in self.stopwords for w in words)
+        too_long = sum(len(w) > self.token_max_length and w.lower() not in self.stopwords for w in words)
+        parts = [f"{stopwords} {self.language} stopword{'s' * (stopwords > 1)}"] if stopwords else []
+        if too_long:
+            parts.append(f"{too_long} longer than {self.token_max_length} characters (text without spaces between "
+                         "words, such as Chinese or Japanese, is one BM25 word)")
+        rest = len(words) - stopwords - too_long
+        if rest:
+            parts.append(f"{rest} with an empty stem or a lone punctuation mark")
+        return "every word is dropped: " + ", ".join(parts)
 
     def with_avg_len(self, avg_len: float) -> Bm25:
         """The same settings with another average length; shares the stemmer and the stopwords."""

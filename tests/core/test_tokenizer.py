@@ -307,3 +307,72 @@ def test_unsupported_trained_bpe(tmp_path):
 def test_window_must_be_positive(tokenizers):
     with pytest.raises(ValueError):
         next(tokenizers["wordpiece"].encode_stream("a b", window_chars=0))
+
+
+# Text without spaces: behind pair splitters (Bert, Whitespace, WhitespaceSplit) it is cut where the pipeline splits.
+PAIR_CUTTERS = ["wordpiece", "whitespace", "whitespace-split"]
+GLUED = [
+    "".join(SAMPLE_TEXT.split()) * 8,  # English without whitespace: punctuation is the only boundary
+    "\n".join(SAMPLE_TEXT.split()) * 3,  # one word a line
+    "\t".join("a.b,c;d:e!f?g(h)i" for _ in range(200)),
+    "中文字符日本語のテキスト，句読点。" * 60,
+    "x©y®z™w" * 300,  # symbols that Bert does not split at
+    "e\u0301.\u0301a\u0301,\u00e9" * 300,  # marks next to punctuation
+    "word[SEP]word[CLS]x[MASK]" * 100,  # literal specials right at the boundaries
+    "ab\x1ccd\x00ef\u200bgh." * 300,  # characters the normalizer drops
+]
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_text_without_spaces(tokenizers, name):
+    tok = tokenizers[name]
+    for text in GLUED:
+        counts = [assert_stream_equal(tok, text, window) for window in (7, 64, 333)]
+        if name in PAIR_CUTTERS and text is GLUED[0]:
+            assert counts[1] > len(text) // 128  # cut at its punctuation, windows at least half full
+    if name == "wordpiece":  # BertNormalizer pads CJK ideographs with spaces: each one is a boundary
+        assert assert_stream_equal(tok, "中文字符日本語" * 200, 64) > 1400 // 64
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_random_texts_without_spaces(tokenizers, name):
+    tok, rng, pieces = tokenizers[name], random.Random(99), 0
+    fragments = [f for f in FRAGMENTS + PLAIN if f.strip() == f and f]
+    for _ in range(20):
+        text = "".join(rng.choice(fragments) for _ in range(rng.randint(0, 300)))
+        for window in (1, 3, 8, 21, 55):
+            pieces += assert_stream_equal(tok, text, window)
+    if name in PAIR_CUTTERS:
+        assert pieces > 20 * 5 * 2
+
+
+def test_a_word_longer_than_wordpiece_takes_is_the_unknown_token(tokenizers):
+    """WordPiece makes any word over max_input_chars_per_word (100) its [UNK]: such a word past the bound is given
+    that id without being tokenized, with a note; the ids stay exactly encode's."""
+    tok = tokenizers["wordpiece"]
+    texts = ["short words. " * 5 + "x" * 500 + "©" + "y" * 300 + ".end" + " and more" * 30,
+             "y" * 3000 + " tail end", "a" * 5000, "lead " + "é" * 400 + "\u0301" + "b" * 300]
+    for text in texts:
+        for window in (16, 64):
+            notes: list[str] = []
+            pieces = list(tok.encode_stream(text, window_chars=window, max_piece_chars=200, notes=notes))
+            assert sum(pieces, []) == tok.encode([text])[0]
+            assert len(notes) == 1 and "1 word of more than 100 characters" in notes[0] and "unknown" in notes[0]
+    notes = []
+    assert sum(tok.encode_stream("z" * 150 + " q" * 500, window_chars=16, max_piece_chars=1000, notes=notes),
+               []) == tok.encode(["z" * 150 + " q" * 500])[0]
+    assert notes == []  # within the bound: tokenized as usual, nothing to say
+
+
+def test_a_stretch_without_any_exact_cut_is_read_no_further(tokenizers):
+    """Byte-level BPE cannot be cut inside "xxx...": past the bound the ids are those of the text cut there."""
+    for name, text in (("bpe", "x" * 5000), ("metaspace", "▁a" * 3000), ("wordpiece", "[SEP]" * 1000)):
+        tok, notes = tokenizers[name], []
+        pieces = list(tok.encode_stream(text, window_chars=16, max_piece_chars=100, notes=notes))
+        assert sum(pieces, []) == tok.encode([text[:100]])[0], name
+        assert len(notes) == 1 and notes[0].startswith(f"only its first 100 of {len(text):,} characters were read")
+    tok, seen = tokenizers["bpe"], []
+    text = "x" * 300 + " then words" * 20 + " " + "y" * 500
+    pieces = list(tok.encode_stream(text, window_chars=16, max_piece_chars=100, on_chars=seen.append))
+    assert sum(seen) == len(text)  # progress reaches the end: the rest is not read
+    assert sum(pieces, []) == tok.encode([text[:100]])[0]  # read no further, even where later text could be cut

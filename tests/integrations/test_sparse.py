@@ -1,6 +1,7 @@
 """recemb's BM25 gives fastembed's Bm25 vectors bit for bit; windows, settings and arguments behave."""
 
 import json
+import re
 import shutil
 import socket
 import tracemalloc
@@ -159,8 +160,11 @@ def text_with_sigmas() -> str:
     return "ΟΔΟΣ ΟΔΟΣΑ ΟΔΟΣ\nΟΔΟΣ.Α ΣΑΣ Σ ΑΣ\tΣΑ ΟΔΟΣ\n\nΟΔΟΣ" * 3
 
 
+# Text without spaces: punctuation (and sigmas right before it) is where windows are cut.
+GLUED = ["no.spaces,here;at-all!" * 10, "ΟΔΟΣ.ΑΣ,Σ;ΟΔΟΣ…ΣΑ'Σ" * 8, "\u0130\u0130.\u0130x\u00e9\u0301-" * 10]
 WINDOW_TEXTS = [
-    text_with_sigmas(), "nospacesatallinthistext_" * 10, "tab\tseparated\tonly\ttext", "\n\nlead and trail  "]
+    text_with_sigmas(), "nospacesatallinthistext_" * 10, "tab\tseparated\tonly\ttext", "\n\nlead and trail  ",
+    *GLUED]
 
 
 def test_windows_cut_before_space_or_newline(monkeypatch):
@@ -168,9 +172,14 @@ def test_windows_cut_before_space_or_newline(monkeypatch):
     for text in WINDOW_TEXTS + HARD:
         windows = list(sparse._windows(text))
         assert "".join(windows) == text
-        assert all(w[0] in " \n" for w in windows[1:])
-        assert all(len(w) <= 7 or not (set(w[1:8]) & {" ", "\n"}) for w in windows)
+        # before a space or newline where the window has one, else before another character that is not \w
+        assert all(re.match(r"\W", w[0]) for w in windows[1:])
+        assert all(len(w) <= 7 or not (set(w[1:8]) & {" ", "\n"}) and not re.search(r"\W", w[7 - 7 // 2 : 8])
+                   for w in windows)
+        # a cut before punctuation only where the window before it had no space or newline to cut at
+        assert all(w[0] in " \n" or not (set(prev[1:8]) & {" ", "\n"}) for prev, w in zip(windows, windows[1:]))
     assert len(list(sparse._windows(text_with_sigmas()))) > 10
+    assert all(len(list(sparse._windows(text))) > 10 for text in GLUED)
     assert list(sparse._windows(WINDOW_TEXTS[1])) == [WINDOW_TEXTS[1]]  # no cut point: one window
 
 
@@ -332,3 +341,18 @@ def test_sparse_vector():
     assert len(vector) == 2 and vector.as_dict() == {3: 0.5, 7: 1.0}
     with pytest.raises(ValueError, match="2 indices but 1 values"):
         SparseVector((3, 7), (0.5,))
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("", "it is empty"),
+    ("   \n", "it is empty"),
+    ("?! ...", "no words, only punctuation"),
+    ("the and of", "3 english stopwords"),
+    ("混合検索で長い文書を見つける方法について説明してくださいこれは四十文字を超える日本語のクエリです",
+     "1 longer than 40 characters (text without spaces between words, such as Chinese or Japanese"),
+    ("the " + "x" * 41, "1 english stopword, 1 longer than 40 characters"),
+])
+def test_why_a_query_has_no_terms(text, reason):
+    bm25 = Bm25()
+    assert len(bm25.embed_query(text)) == 0
+    assert reason in bm25.why_no_terms(text)
