@@ -18,13 +18,16 @@ import re
 import stat
 import sys
 import warnings
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from recemb_integrations.formats import DOCUMENT_SUFFIXES, FORMAT_SUFFIXES
+from recemb_integrations.terminal import escape, escape_controls
 
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The kernel's virtual filesystems: their files are the running system, not documents, and walking them never ends.
+VIRTUAL_FOLDERS = ("/proc", "/sys", "/dev")
 # The metadata a sync gives each file, indexed so `recemb search --filter suffix=.md` is fast on every store.
 FILE_METADATA_INDEXES = {"file_name": "keyword", "suffix": "keyword", "bytes": "integer"}
 
@@ -122,7 +125,8 @@ class Sources:
 
     A document id is the file's path relative to the argument it was found under (the folder given, a glob's fixed
     leading folders, a file's own folder), in / form, after ``id_prefix/`` if one is given: a folder that moves, or
-    another checkout of it, keeps its ids."""
+    another checkout of it, keeps its ids. A symbolic link to a file is a document under its own path (the file it
+    points to is another, where it is found too); a file reached twice by the same path keeps its first id."""
 
     files: list[Path] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)  # one per file
@@ -137,11 +141,13 @@ def _kind(path: Path) -> tuple[str, str]:
     except OSError as e:
         if e.errno == errno.ELOOP:
             return "skip", "symbolic link loop"
-        if path.is_symlink():
-            return "skip", f"broken symbolic link (to {os.readlink(path)})"
+        link = _link_target(path)
+        if link is not None and e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "skip", f"broken symbolic link (to {link})"
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return "missing", "no such file or folder"
-        return "skip", f"cannot read: {e.strerror or e}"
+        via = f" (a symbolic link to {link})" if link is not None else ""
+        return "skip", f"cannot read: {(e.strerror or str(e)).lower()}{via}"
     if stat.S_ISREG(st.st_mode):
         if not _utf8_name(path):
             return "skip", "file name is not valid UTF-8 (rename it to sync it)"
@@ -151,6 +157,39 @@ def _kind(path: Path) -> tuple[str, str]:
     what = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
             else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a special file")
     return "skip", f"{what}, not a regular file"
+
+
+def _link_target(path: Path) -> str | None:
+    """Where a symbolic link points, or None for anything else (or a link that cannot be read)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _real_path(path: Path | str) -> str:
+    """The absolute path with every symbolic link and '..' resolved as far as the filesystem lets us read."""
+    try:
+        return os.path.realpath(path)
+    except OSError:  # a link we may not read: judged by the path as written
+        return os.path.abspath(path)
+
+
+def _virtual_folder(real: str) -> str | None:
+    return next((v for v in VIRTUAL_FOLDERS if real == v or real.startswith(v + "/")), None)
+
+
+def _refuse_system_paths(spec: str, real: str) -> None:
+    """The filesystem root and the kernel's virtual filesystems are never synced, however they are named (a
+    relative path, a link, an unset shell variable before a '/')."""
+    if real == "/":
+        raise CommandError(f"{spec} is the filesystem root (/); refusing to sync the whole filesystem "
+                           "(an unset shell variable before a '/'?); nothing was done")
+    virtual = _virtual_folder(real)
+    if virtual is not None:
+        shown = spec + ("" if real == spec else f" ({real})")
+        raise CommandError(f"{shown} is under {virtual}, the kernel's view of the running system, not documents; "
+                           "refusing to sync it; nothing was done")
 
 
 def _walk(folder: Path, base: Path, out: Sources, files: dict[Path, str]) -> None:
@@ -164,15 +203,19 @@ def _walk(folder: Path, base: Path, out: Sources, files: dict[Path, str]) -> Non
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for d in dirs:
             if (root_path / d).is_symlink():
-                out.skipped.append((str(root_path / d), "symbolic link to a folder (not followed)"))
+                out.skipped.append((_printable(root_path / d), "symbolic link to a folder (not followed)"))
         for name in sorted(names):
             if name.startswith("."):
                 continue
             path = root_path / name
             kind, why = _kind(path)
-            if kind == "file":
+            virtual = _virtual_folder(_real_path(path)) if kind == "file" and path.is_symlink() else None
+            if virtual is not None:
+                out.skipped.append((_printable(path), f"symbolic link into {virtual}, the kernel's view of the running "
+                                                      "system (never synced)"))
+            elif kind == "file":
                 if path.suffix.lower() in DOCUMENT_SUFFIXES:
-                    files.setdefault(path.resolve(), _relative_id(path, base))
+                    files.setdefault(Path(os.path.abspath(path)), _relative_id(path, base))
             elif kind == "dir":  # os.walk lists links to folders among the folders; be safe all the same
                 out.skipped.append((_printable(path), "symbolic link to a folder (not followed)"))
             else:
@@ -182,24 +225,30 @@ def _walk(folder: Path, base: Path, out: Sources, files: dict[Path, str]) -> Non
 def collect_files(paths: list[str], id_prefix: str | None = None) -> Sources:
     """Files from paths, folders (recursively, document suffixes only) and globs, with their ids (see ``Sources``).
 
-    An empty argument is refused (an unset shell variable must not mean "the current folder"). A path that does
-    not exist, or a glob that matches nothing, is ``missing``. Every glob match is judged on its own: a bad one
-    (broken link, loop, FIFO, ...) is ``skipped`` and the good ones are kept."""
+    An empty argument is refused (an unset shell variable must not mean "the current folder"), and so is anything
+    that resolves to the filesystem root or into /proc, /sys or /dev: each argument, each glob's leading folders
+    and each of its matches, after links and '..'. A path that does not exist, or a glob that matches nothing, is
+    ``missing``. Every glob match is judged on its own: a bad one (broken link, loop, FIFO, ...) is ``skipped``
+    and the good ones are kept."""
     out = Sources()
     files: dict[Path, str] = {}
     for spec in paths:
         if not spec.strip():
             raise CommandError("an empty path argument was given (an unset shell variable?); nothing was done")
         if glob.has_magic(spec):
+            base = _glob_base(spec)
+            _refuse_system_paths(f"{spec} (the folder it starts from, {base})", _real_path(base))
             matches = sorted(glob.glob(spec, recursive=True))
+            for m in matches:
+                _refuse_system_paths(m, _real_path(m))
             if not matches:
                 out.missing.append((spec, "no file or folder matches this pattern"))
-            base = _glob_base(spec)
             for m in matches:
                 _add(Path(m), base, out, files, explicit=False)
         else:
+            _refuse_system_paths(spec, _real_path(spec))
             path = Path(spec)
-            _add(path, path if path.is_dir() else path.parent, out, files, explicit=True)
+            _add(path, path if _kind(path)[0] == "dir" else path.parent, out, files, explicit=True)
     out.files = list(files)
     prefix = (id_prefix.strip("/") + "/") if id_prefix else ""
     out.ids = [prefix + doc_id for doc_id in files.values()]
@@ -233,16 +282,14 @@ def _utf8_name(path: Path) -> bool:
 
 
 def _printable(path: Path) -> str:
+    """A path as report text (ids and reports hold valid UTF-8: undecodable bytes become U+FFFD)."""
     return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _add(path: Path, base: Path, out: Sources, files: dict[Path, str], explicit: bool) -> None:
-    if path.is_absolute() and path.resolve() == Path("/"):
-        raise CommandError(f"{path} is the filesystem root; refusing to sync the whole filesystem (an unset "
-                           "shell variable before a '/'?)")
     kind, why = _kind(path)
     if kind == "file":
-        files.setdefault(path.resolve(), _relative_id(path, base))
+        files.setdefault(Path(os.path.abspath(path)), _relative_id(path, base))
     elif kind == "dir":
         _walk(path, base, out, files)
     elif kind == "missing" or (explicit and path.is_symlink()):  # a named path that leads nowhere: maybe a typo
@@ -260,13 +307,29 @@ def read_text(path: Path) -> str:
         return extract_text(path)
     raw = path.read_bytes()
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(_utf8_error(e.object[e.start], e.start)) from None
+        raise ValueError(_utf8_error(e.object[e.start], e.start, raw[:64])) from None
+    if "\x00" in text:  # valid UTF-8, but not text: UTF-16 without a byte-order mark, or a binary file
+        raise ValueError(_nul_error(raw.index(b"\x00"), raw[:64]))
+    return text
 
 
-def _utf8_error(byte: int, offset: int) -> str:
-    return f"not valid UTF-8 (byte 0x{byte:02x} at offset {offset}); convert it to UTF-8"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _utf8_error(byte: int, offset: int, head: bytes) -> str:
+    looks = " (it starts with a UTF-16 byte-order mark)" if head.startswith(UTF16_BOMS) else ""
+    return f"not valid UTF-8 (byte 0x{byte:02x} at offset {offset}){looks}; convert it to UTF-8"
+
+
+def _nul_error(offset: int, head: bytes) -> str:
+    """NUL bytes are valid UTF-8 but never text: UTF-16 (every other byte NUL for Latin text) or a binary file."""
+    halves = (head[0::2], head[1::2])
+    utf16 = len(head) >= 4 and any(h.count(0) >= len(h) * 0.75 for h in halves) and not all(0 in h for h in halves)
+    what = "UTF-16 text without a byte-order mark" if utf16 else "a binary file"
+    return f"holds NUL bytes (the first at offset {offset}), so it is not UTF-8 text (it looks like {what}); " \
+           "convert it to UTF-8"
 
 
 def text_fingerprint(path: Path, piece: int = 1 << 20) -> tuple[str, bool]:
@@ -276,14 +339,18 @@ def text_fingerprint(path: Path, piece: int = 1 << 20) -> tuple[str, bool]:
     import hashlib
 
     digest, decoder, blank, offset = hashlib.sha256(), codecs.getincrementaldecoder("utf-8")(), True, 0
+    head = b""
     with open(path, "rb") as f:
         while True:
             chunk = f.read(piece)
+            head = head or chunk[:64]
             pending = len(decoder.getstate()[0])
             try:
                 text = decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as e:
-                raise ValueError(_utf8_error(e.object[e.start], offset - pending + e.start)) from None
+                raise ValueError(_utf8_error(e.object[e.start], offset - pending + e.start, head)) from None
+            if b"\x00" in chunk:
+                raise ValueError(_nul_error(offset + chunk.index(b"\x00"), head))
             if not chunk:
                 return digest.hexdigest(), blank
             digest.update(chunk)
@@ -451,12 +518,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
     report.failed = list(sources.missing) + report.failed
     report.skipped = list(sources.skipped) + report.skipped
     data = {"collection": args.collection, "qdrant": where, "store": store.kind, **report.as_dict()}
-    lines = [f"{args.collection} @ {where} ({store.kind}): {report.added} added, {report.updated} updated, "
-             f"{report.metadata_updated} metadata updated, {report.unchanged} unchanged, {report.deleted} deleted, "
-             f"{len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded in {report.seconds:.1f} s)"]
-    lines += [f"  failed: {doc_id}: {err}" for doc_id, err in report.failed]
-    lines += [f"  warning: {doc_id}: {what}" for doc_id, what in report.warnings]
-    lines += [f"  skipped: {path}: {why}" for path, why in report.skipped]
+    lines = [f"{escape(args.collection)} @ {escape(where)} ({store.kind}): {report.added} added, "
+             f"{report.updated} updated, {report.metadata_updated} metadata updated, {report.unchanged} unchanged, "
+             f"{report.deleted} deleted, {len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded in "
+             f"{report.seconds:.1f} s)"]
+    # Names escaped (a file name can hold a newline or an escape sequence); --json carries them exactly.
+    lines += [f"  failed: {escape(doc_id)}: {escape_controls(err)}" for doc_id, err in report.failed]
+    lines += [f"  warning: {escape(doc_id)}: {escape_controls(what)}" for doc_id, what in report.warnings]
+    lines += [f"  skipped: {escape(path)}: {escape_controls(why)}" for path, why in report.skipped]
     emit(args, data, "\n".join(lines))
     return EXIT_PARTIAL if report.failed else EXIT_OK
 
@@ -497,7 +566,7 @@ def _check_id_scheme(store, args: argparse.Namespace, sources: Sources) -> bool:
             "folder or another checkout keeps them. Nothing was written. Rebuild it once with `recemb sync --rebuild "
             "PATHS` (built beside the old one, which it replaces when complete; every document is embedded again), "
             "or sync into a new --collection.")
-    old_ids = {f.as_posix() for f in sources.files}
+    old_ids = {Path(_real_path(f)).as_posix() for f in sources.files}  # an earlier recemb's ids: resolved paths
     stored, offset = set(), None
     while True:
         page, offset = store.scroll(args.collection, limit=1024, offset=offset, filter=only_documents,
@@ -561,12 +630,15 @@ def _sync_settings(args: argparse.Namespace, recorded: dict | None) -> dict:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import QdrantSync, SearchNotice, check_collection_name, collection_settings, \
-        interrupted_rebuild_hint
+    from recemb_integrations.qdrant import MAX_SEARCH_LIMIT, QdrantSync, SearchNotice, check_collection_name, \
+        collection_settings, interrupted_rebuild_hint
 
     check_collection_name(args.collection)
     if not args.query.strip():
         raise CommandError("the query is empty (an unset shell variable?)")
+    if args.limit > MAX_SEARCH_LIMIT:
+        raise CommandError(f"--limit {args.limit} is more than one search returns (at most {MAX_SEARCH_LIMIT:,}); "
+                           "nothing was searched")
     filters = dict(_parse_filter(f) for f in args.filter)
     store, where = open_qdrant(args, create=False)
     with closing(store):
@@ -590,7 +662,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 granularity=args.granularity, mode=args.mode, **({"fusion": args.fusion} if args.fusion else {}))
     for note in notes:
         if issubclass(note.category, SearchNotice):
-            print(f"recemb search: note: {note.message}", file=sys.stderr)
+            print(f"recemb search: note: {escape_controls(str(note.message))}", file=sys.stderr)
         else:
             warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
     rows = [{"document_id": h.document_id, "score": h.score, "metadata": h.metadata, "passage": h.passage,
@@ -603,7 +675,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def _hit_lines(hit) -> str:
     """A hit's score and document, and under it the passage that matched (its text where the collection keeps it)."""
-    line = f"{hit.score:.4f}  {hit.document_id}" + (f"  (passage {hit.passage})" if hit.passage is not None else "")
+    line = f"{hit.score:.4f}  {escape(hit.document_id)}" + (f"  (passage {hit.passage})" if hit.passage is not None
+                                                             else "")
     if hit.passage is not None and hit.text:
         return line + "\n        " + _excerpt(hit.text)
     if hit.best_passage is not None:
@@ -614,7 +687,7 @@ def _hit_lines(hit) -> str:
 
 def _excerpt(text: str, width: int = 160) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
+    return escape_controls(flat if len(flat) <= width else flat[: width - 3] + "...")
 
 
 def _parse_filter(spec: str) -> tuple[str, object]:
@@ -653,12 +726,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     # The source is the embedded store unless --qdrant-url names a server: $QDRANT_URL is usually the target.
     source, where = open_qdrant(args, create=False, environment_url=False)
     with closing(source):
+        if not source.collection_exists(args.collection):  # before the target store is opened (or created)
+            raise CommandError(f"collection {args.collection!r} does not exist in {where}; nothing was done")
+        # The source store itself as the target (an embedded store is open in one process at a time): a copy
+        # under another name, or the same collection, which migrate_collection refuses.
+        same = args.to_path is not None and source.kind != "server" and \
+            _real_path(Path(args.to_path).expanduser()) == _real_path(where)
         try:
-            target = (open_store(url=args.to.strip(), api_key=os.environ.get("QDRANT_API_KEY")) if args.to
-                      else open_store(path=Path(args.to_path).expanduser(), kind=args.to_store))
+            target = source if same else (
+                open_store(url=args.to.strip(), api_key=os.environ.get("QDRANT_API_KEY")) if args.to
+                else open_store(path=Path(args.to_path).expanduser(), kind=args.to_store))
         except StoreError as e:
             raise CommandError(str(e)) from e
-        with closing(target):
+        with closing(target) if not same else nullcontext():
             try:
                 report = migrate_collection(source, target, args.collection, args.to_collection,
                                             batch_size=args.batch_size, verify=not args.no_verify,
@@ -670,7 +750,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     verified = (f"verified: {report.points} points, digest {report.target_digest[:16]}"
                 + (f" ({report.rounded} dense vectors within float rounding)" if report.rounded else "")
                 if report.target_digest else "not verified (--no-verify)")
-    emit(args, data, f"{args.collection} @ {where} -> {to}: {report.copied} points copied"
+    emit(args, data, f"{escape(args.collection)} @ {escape(where)} -> {escape(to)}: {report.copied} points copied"
                      f"{' (resumed)' if report.resumed else ''} in {report.seconds:.1f} s; {verified}")
     return EXIT_OK
 
@@ -699,7 +779,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     for doc_id, v in zip(ids, vectors):
         print(json.dumps({"id": doc_id, "vector": [round(float(x), 7) for x in v]}))
     for doc_id, err in failed:
-        print(f"recemb embed: {doc_id}: {err}", file=sys.stderr)
+        print(f"recemb embed: {escape(doc_id)}: {escape_controls(err)}", file=sys.stderr)
     return EXIT_PARTIAL if failed else EXIT_OK
 
 
@@ -849,13 +929,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "missing ones deleted.")
     p.add_argument("paths", nargs="+", help="files, folders (.txt .md .markdown .rst, and .pdf .html .htm .xhtml "
                                              ".docx with the 'formats' extra; recursively) or globs")
-    p.add_argument("--id-prefix", help="put PREFIX/ before every document id, and let this sync manage only the "
-                                       "documents under that prefix (several roots in one collection)")
+    p.add_argument("--id-prefix", help="put PREFIX/ before every document id: the sync is then one root of the "
+                                       "collection and deletes or overwrites only the documents it wrote (several "
+                                       "folders in one collection)")
     p.add_argument("--keep-missing", action="store_true", help="do not delete documents absent from PATHS")
     p.add_argument("--allow-mass-delete", action="store_true",
                    help="let this sync delete more than half of the collection's documents (refused otherwise)")
     p.add_argument("--skip-empty", action="store_true",
-                   help="leave out empty and whitespace-only files (default: synced, with a warning)")
+                   help="leave out empty and whitespace-only files, keeping the stored version of one that was "
+                        "emptied since, with a warning (default: synced, with a warning)")
     p.add_argument("--max-tokens", type=positive_int,
                    help="truncate each document to this many tokens, with a warning (default: the collection's, "
                         "else never)")
@@ -884,7 +966,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("search", help="search a synced collection")
     p.add_argument("query")
-    p.add_argument("--limit", type=positive_int, default=10)
+    p.add_argument("--limit", type=positive_int, default=10, help="hits to return, at most 10,000 (default 10)")
     p.add_argument("--instruction", help="query instruction or E5 task name (default: web search)")
     p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata match (repeatable); a JSON list, e.g. tag='[\"a\",\"b\"]', matches any of its values")
@@ -957,7 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nrecemb {args.command}: interrupted{tail}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except CommandError as e:
-        print(f"recemb {args.command}: error: {e}", file=sys.stderr)
+        print(f"recemb {args.command}: error: {escape_controls(str(e))}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
         if type(e).__module__.startswith("qdrant_client") or type(e).__name__ in ("RpcError", "_InactiveRpcError"):
@@ -968,13 +1050,20 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         # File problems the checks did not foresee, bad values, missing extras: their message, not a traceback.
         if isinstance(e, (OSError, ValueError, ImportError, TypeError, RuntimeError)):
-            print(f"recemb {args.command}: error: {e}", file=sys.stderr)
+            print(f"recemb {args.command}: error: {escape_controls(_os_error(e))}", file=sys.stderr)
             return EXIT_ERROR
         raise
 
 
+def _os_error(error: BaseException) -> str:
+    """An OSError as 'PATH: permission denied' rather than "[Errno 13] Permission denied: 'PATH'"."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        return f"{os.fsdecode(error.filename)}: {error.strerror.lower()}"
+    return str(error)
+
+
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
+    text = escape_controls(" ".join(str(error).split()))
     return text[:300] + ("..." if len(text) > 300 else "")
 
 

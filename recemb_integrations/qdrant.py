@@ -53,6 +53,7 @@ from recemb.core.streaming import TokenizationError, TokenStream  # noqa: E402
 from recemb_integrations.sparse import Bm25, SparseVector  # noqa: E402
 from recemb_integrations.stores import (DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, SearchRequest,  # noqa: E402
                                         Store, StoredPoint, as_store)
+from recemb_integrations.terminal import escape  # noqa: E402
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 META_KEY = "recemb"
@@ -70,12 +71,16 @@ DEFAULT_FUSION = "dbsf"
 # Qdrant scores a list's hit at 0-based position p by 1 / (p + k): k = 61 is Cormack et al.'s (2009) 1 / (60 + rank),
 # given explicitly because Qdrant's own default differs between engines.
 RRF_K = 61
+MAX_SEARCH_LIMIT = 10_000  # hits one search returns at most: its candidates and HNSW beam stay in the stores' range
 PREFETCH_MIN = 100  # candidates each side of a hybrid search brings to the fusion, at least
 PREFETCH_PER_HIT = 5  # ... and per requested hit
 AVG_LEN_SAMPLE_CHARS = 64 << 20  # text read to choose a new collection's BM25 average length
 PASSAGE_LEN_SAMPLE_CHARS = 4 << 20  # ... and tokenized by the model to turn passage_tokens into BM25 tokens
 REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
-PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER}  # what syncs and searches filter by
+# The root whose sync wrote a point: "" for a sync without a scope, else the scope ("wiki/"). A sync deletes and
+# overwrites only its own root's documents, so an unprefixed folder's "wiki/x.md" is not the "wiki/" root's.
+ROOT_KEY = "root"
+PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, ROOT_KEY: KEYWORD}  # filtered by
 # A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
 # an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
 MASS_DELETE_MIN_DOCUMENTS = 5
@@ -84,6 +89,10 @@ STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even al
 BATCH_MAX_CHARS = 4 << 20  # text of one batch at most (its token ids are held as Python ints until embedded)
 FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
 DELETE_BATCH = 256  # stale documents deleted per request
+# A document of at least this many characters with fewer than one token per this many is warned of: English
+# averages about four characters a token, CJK one or two; a whole file of one unbroken "word" gives three tokens.
+FEW_TOKENS_MIN_CHARS = 1000
+FEW_TOKENS_CHARS_PER_TOKEN = 100
 # Characters Qdrant's server refuses in collection names (local mode checks the same set), and its length limit.
 INVALID_COLLECTION_CHARS = '<>:"/\\|?*\x00\x1f'
 MAX_COLLECTION_NAME = 255
@@ -117,6 +126,8 @@ def check_collection_name(name: str) -> str:
     if bad:
         raise ValueError(f"collection name {name!r} contains {', '.join(map(repr, bad))}, which Qdrant does not "
                          f"allow (nor any of {INVALID_COLLECTION_CHARS[:9]!r})")
+    if any(c < " " or "\x7f" <= c <= "\x9f" for c in name):  # a name printed on a terminal must not drive it
+        raise ValueError(f"collection name {name!r} contains control characters")
     if len(name) > MAX_COLLECTION_NAME:
         raise ValueError(f"collection name is {len(name)} characters long; Qdrant allows {MAX_COLLECTION_NAME}")
     return name
@@ -412,6 +423,7 @@ class QdrantSync:
             "passage_overlap": self.passage_overlap if self.passage_tokens else None,
             "max_tokens": self.max_tokens,
             "layout": LAYOUT_VERSION,
+            "point_roots": True,  # every point records its root (ROOT_KEY), indexed
             "vectors": {"dense": DENSE_VECTOR, "sparse": SPARSE_VECTOR if self.sparse else None},
             "sparse": None,  # the BM25 settings, filled in when the collection is created (choose_bm25)
             "recemb_version": recemb.__version__,
@@ -567,26 +579,31 @@ class QdrantSync:
         self._adopt_layout(recorded)
         for key, schema in self.index_metadata.items():  # keys named after the collection was created
             self._call(self.store.create_payload_index, self.collection, f"metadata.{key}", schema)
+        if not recorded.get("point_roots"):  # made before points recorded their root: index it once
+            self._call(self.store.create_payload_index, self.collection, ROOT_KEY, KEYWORD)
+            self._call(self.store.update_metadata, self.collection, {META_KEY: {**recorded, "point_roots": True}})
         self._verified = True
 
     # ------------------------------------------------------------------ reading state
-    def _existing(self) -> tuple[dict[str, tuple[str, Any]], set[str]]:
+    def _existing(self) -> tuple[dict[str, tuple[str, Any]], dict[str, str | None]]:
         """(document id -> (content hash, metadata)) for document points, and every document id seen in any point
-        (passages of a document whose own point was never written included)."""
+        (passages of a document whose own point was never written included) -> the root that wrote it (None for
+        points of a recemb that did not record roots)."""
         documents: dict[str, tuple[str, Any]] = {}
-        seen: set[str] = set()
+        seen: dict[str, str | None] = {}
         offset = None
         while True:
             points, offset = self._call(
                 self.store.scroll, self.collection, limit=512, offset=offset,
-                with_payload=["document_id", "content_hash", "kind", "metadata"], with_vectors=False,
+                with_payload=["document_id", "content_hash", "kind", "metadata", ROOT_KEY], with_vectors=False,
             )
             for p in points:
                 payload = p.payload or {}
                 doc_id = payload.get("document_id")
                 if doc_id is None:
                     continue
-                seen.add(doc_id)
+                if seen.get(doc_id) is None:
+                    seen[doc_id] = payload.get(ROOT_KEY)
                 if payload.get("kind") == KIND_DOCUMENT:
                     documents[doc_id] = (payload.get("content_hash"), payload.get("metadata"))
             if offset is None:
@@ -613,14 +630,20 @@ class QdrantSync:
 
         A sync that would delete more than half of the collection's documents (and more than
         ``MASS_DELETE_MIN_DOCUMENTS``) raises ``MassDeletionError`` before any write unless ``allow_mass_delete``.
-        Empty and whitespace-only documents are synced with a warning, or left out (as if absent) with
-        ``skip_empty``. Documents cut by ``max_tokens`` are synced with a warning.
+        Empty and whitespace-only documents are synced with a warning, or left out with ``skip_empty``: a new one is
+        not stored, and one that is stored already (a file emptied since) keeps its stored version, with a warning.
+        Documents cut by ``max_tokens`` are synced with a warning.
 
         ``rebuild``: build the collection anew with this instance's settings (layout, model, passages, BM25) from
         ``documents`` into a staging collection, then replace the old one with it; see ``_rebuild``.
 
-        ``scope``: an id prefix (e.g. ``"wiki/"``): only stored documents whose ids start with it belong to this sync;
-        the others are never deleted nor counted by the mass-deletion guard (several roots in one collection).
+        ``scope``: an id prefix (e.g. ``"wiki/"``, one path component or more; a missing final "/" is added): this
+        sync's root. Every point records the root whose sync wrote it (``""`` without a scope), and a sync deletes,
+        overwrites and counts for the mass-deletion guard only its own root's documents: several roots share one
+        collection, an unprefixed folder's ``wiki/x.md`` included. A document whose id is another root's is
+        reported as failed and the other root's version kept; with a scope, every id must start with it. Points of
+        a recemb that did not record roots are judged by their ids (under the scope, and not under a longer root
+        that others have recorded) and take this root when this sync finds them among its documents.
 
         ``executor``: where the embedding runs, e.g. ``recemb_integrations.ray.RayExecutor`` (Ray actors). The plan
         (new, changed, unchanged, gone) is made here from ids and hashes; the executor embeds the documents to
@@ -640,6 +663,7 @@ class QdrantSync:
                                  skip_empty, executor)
         from tqdm.auto import tqdm
 
+        root = scope_root(scope)
         start = time.perf_counter()
         report = SyncReport()
         # The first pass: ids, hashes and metadata, no text kept (a bar where there are many to read).
@@ -647,24 +671,38 @@ class QdrantSync:
         docs, bad = _normalise(tqdm(documents, total=sized or None, desc=f"Reading for {self.collection}",
                                     unit="doc", leave=False, disable=not (show_progress_bar if show_progress_bar
                                                                           is not None else sized > FIRST_PASS_BAR)))
+        if root:
+            outside = [d for d in docs if not d.id.startswith(root)]
+            bad += [(d.id, f"id is outside this sync's scope {root!r}") for d in outside]
+            docs = [d for d in docs if d.id.startswith(root)]
         if delete_missing and bad and not docs:
             raise NothingReadableError(f"none of the {len(bad)} documents could be read ({bad[0][0]}: {bad[0][1]}); "
                                        "nothing was synced or deleted")
         report.failed.extend(bad)
-        docs = self._check_empty(docs, report, skip_empty)
+        docs, left_out = self._check_empty(docs, report, skip_empty)
         self._finish_interrupted_rebuild()
         self.ensure_collection(documents=docs)  # before any write
         existing, seen = self._existing()
+        owned = owned_ids(seen, root)
+        # Another root's documents are neither overwritten nor deleted; an emptied document keeps its stored version.
+        foreign = [d for d in docs if d.id in seen and d.id not in owned]
+        report.failed.extend((d.id, _foreign_id(d.id, seen[d.id], root)) for d in foreign)
+        docs = [d for d in docs if not (d.id in seen and d.id not in owned)]
+        kept = [d for d in left_out if d.id in existing and d.id in owned]
+        report.warnings.extend((d.id, _blank(d) + (_EMPTIED if d in kept else "; left out (skip_empty)"))
+                               for d in left_out)
         stale: list[str] = []
         if delete_missing:
-            mine = seen if scope is None else {d for d in seen if d.startswith(scope)}
-            stale = self._stale(mine, docs, bad, keep_ids, allow_mass_delete)
+            stale = self._stale(owned, docs, bad, [*keep_ids, *(d.id for d in kept)], allow_mass_delete)
 
         to_embed: list[tuple[_Entry, str]] = []
+        unstamped: list[str] = []  # unchanged documents written before points recorded their root
         for doc in docs:
             h = doc.hash
             old = existing.get(doc.id)
             if old is not None and old[0] == h:
+                if seen.get(doc.id) is None:
+                    unstamped.append(doc.id)
                 if old[1] != doc.metadata:
                     self._call(self.store.set_payload, self.collection, {"metadata": doc.metadata},
                                ids=[point_id(doc.id)])
@@ -676,6 +714,9 @@ class QdrantSync:
                     report.unchanged += 1
                 continue
             to_embed.append((doc, "updated" if old is not None else "added"))
+        for i in range(0, len(unstamped), DELETE_BATCH):
+            self._call(self.store.set_payload, self.collection, {ROOT_KEY: root}, filter=models.Filter(must=[
+                models.FieldCondition(key="document_id", match=models.MatchAny(any=unstamped[i : i + DELETE_BATCH]))]))
 
         show = show_progress_bar if show_progress_bar is not None else (
             len(to_embed) > self.batch_size or any(d.size > STREAM_HINT_SIZE for d, _ in to_embed))
@@ -686,17 +727,20 @@ class QdrantSync:
                 on_document(doc.id, action)
 
         if executor is not None:  # embedding elsewhere (e.g. Ray actors); the writes stay in this process's order
-            executor.run(self, to_embed, report, done, show_progress_bar=show)
+            executor.run(self, to_embed, report, done, show_progress_bar=show, root=root)
         else:
             with tqdm(total=len(to_embed), disable=not show, desc=f"Syncing {self.collection}", unit="doc") as bar:
                 self.embed_and_write(to_embed, report, done, show_progress_bar, show_streams=show,
-                                     on_progress=bar.update)
+                                     on_progress=bar.update, root=root)
 
         if stale:
+            # Only this root's points (or unstamped ones it owns): another root's never match, whatever their id.
+            this_root = models.Filter(should=[_match(ROOT_KEY, root), models.IsEmptyCondition(
+                is_empty=models.PayloadField(key=ROOT_KEY))])
             for i in range(0, len(stale), DELETE_BATCH):
                 chunk = stale[i : i + DELETE_BATCH]
                 self._call(self.store.delete, self.collection, models.Filter(must=[models.FieldCondition(
-                    key="document_id", match=models.MatchAny(any=chunk))]))
+                    key="document_id", match=models.MatchAny(any=chunk)), this_root]))
             report.deleted = len([d for d in stale if d in existing])
         if report.added or report.updated:
             self._call(self.store.optimize, self.collection, show_progress_bar=show_progress_bar)
@@ -706,12 +750,12 @@ class QdrantSync:
 
     def embed_and_write(self, to_embed: Sequence[tuple[_Entry, str]], report: SyncReport, done,
                         show_progress_bar: bool | None = None, show_streams: bool = False,
-                        on_progress: Callable[[int], Any] = lambda n: None) -> None:
+                        on_progress: Callable[[int], Any] = lambda n: None, root: str = "") -> None:
         """The second pass of a sync: read the texts again, a batch at a time, embed them and write their points
         (each document's passages before its own point). A long document is embedded as a stream as soon as it is
         read. Memory is bounded by the batch (or one long document), not by the corpus. ``on_progress(n)``: n more
-        documents are through; ``show_streams``: a bar per streamed document. An executor's workers run this on
-        their share of the documents."""
+        documents are through; ``show_streams``: a bar per streamed document; ``root``: the sync's root, recorded
+        on every point. An executor's workers run this on their share of the documents."""
         pending: list[tuple[Document, str]] = []
         pending_chars = 0
         for entry, action in to_embed:
@@ -722,17 +766,17 @@ class QdrantSync:
                 on_progress(1)
                 continue
             if self.embedder.streams(doc.text):
-                self._sync_streamed(doc, action, report, done, show_streams)
+                self._sync_streamed(doc, action, report, done, show_streams, root)
                 on_progress(1)
                 continue
             pending.append((doc, action))
             pending_chars += len(doc.text)
             if len(pending) == self.batch_size or pending_chars >= BATCH_MAX_CHARS:
-                self._sync_batch(pending, report, done, show_progress_bar)
+                self._sync_batch(pending, report, done, show_progress_bar, root)
                 on_progress(len(pending))
                 pending, pending_chars = [], 0
         if pending:
-            self._sync_batch(pending, report, done, show_progress_bar)
+            self._sync_batch(pending, report, done, show_progress_bar, root)
             on_progress(len(pending))
 
     def _warn_if_too_large(self, report: SyncReport) -> None:
@@ -779,8 +823,15 @@ class QdrantSync:
         if self._call(self.store.collection_exists, self.collection):
             _recorded_metadata(self._call(self.store.collection_info, self.collection).metadata, self.collection)
             existing, seen = self._existing()
-            stale = self._stale(seen, self._check_empty(docs, SyncReport(), skip_empty), bad, keep_ids,
-                                allow_mass_delete)
+            docs, left_out = self._check_empty(docs, SyncReport(), skip_empty)
+            emptied = [d.id for d in left_out if d.id in existing]
+            if emptied:  # the rebuilt collection would not hold them: their stored versions would be lost
+                raise RebuildError(
+                    f"{len(emptied)} stored documents are empty now ({emptied[0]}) and skip_empty (--skip-empty) "
+                    f"leaves them out, so a rebuild would lose their stored versions; collection {self.collection!r} "
+                    "was not touched. Rebuild without --skip-empty (they are stored empty), or remove the files.",
+                    SyncReport())
+            stale = self._stale(set(seen), docs, bad, keep_ids, allow_mass_delete)
             stale = [d for d in stale if d in existing]
         stage = self._like(staging)
         try:
@@ -858,25 +909,25 @@ class QdrantSync:
         return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
 
     @staticmethod
-    def _check_empty(docs: list[_Entry], report: SyncReport, skip_empty: bool) -> list[_Entry]:
-        kept = []
+    def _check_empty(docs: list[_Entry], report: SyncReport, skip_empty: bool) -> tuple[list[_Entry], list[_Entry]]:
+        """(documents to sync, blank ones that ``skip_empty`` leaves out); blank ones synced are warned of here."""
+        kept, left_out = [], []
         for doc in docs:
             if not doc.blank:
                 kept.append(doc)
-                continue
-            what = "empty document" if doc.size == 0 else "document holds only whitespace"
-            report.warnings.append((doc.id, what + ("; left out (skip_empty)" if skip_empty else
-                                                    "; synced (its embedding carries no content)")))
-            if not skip_empty:
+            elif skip_empty:
+                left_out.append(doc)
+            else:
+                report.warnings.append((doc.id, _blank(doc) + "; synced (its embedding carries no content)"))
                 kept.append(doc)
-        return kept
+        return kept, left_out
 
     def _token_limit(self) -> int | None:
         limits = [n for n in (self.max_tokens, self.embedder.max_length) if n is not None]
         return min(limits) if limits else None
 
     def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int]], report: SyncReport,
-                  done) -> None:
+                  done, root: str = "") -> None:
         """Write the own points of documents whose passages are all written, and account for them: one delete of
         their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
         point), so the next sync redoes them."""
@@ -888,7 +939,7 @@ class QdrantSync:
         points = []
         for doc, _, vector, stream, _ in finished:
             payload = {"document_id": doc.id, "kind": KIND_DOCUMENT, "content_hash": content_hash(doc.text),
-                       "metadata": doc.metadata, "tokens": stream.tokens}
+                       "metadata": doc.metadata, "tokens": stream.tokens, ROOT_KEY: root}
             if self.store_text:
                 payload["text"] = doc.text
             sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
@@ -898,11 +949,17 @@ class QdrantSync:
         for doc, action, _, stream, _ in finished:
             if stream.truncated:
                 report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
+            report.warnings.extend((doc.id, note) for note in stream.notes)
+            if len(doc.text) >= FEW_TOKENS_MIN_CHARS and stream.tokens * FEW_TOKENS_CHARS_PER_TOKEN < len(doc.text):
+                report.warnings.append((doc.id, (
+                    f"its {len(doc.text):,} characters gave only {stream.tokens:,} tokens, so its embedding "
+                    "carries little of its content (a tokenizer makes a long run of letters without spaces or "
+                    "punctuation one unknown token)")))
             report.embedded_tokens += stream.tokens
             done(doc, action)
 
     def _sync_batch(self, batch: list[tuple[Document, str]], report: SyncReport, done,
-                    show_progress_bar: bool | None) -> None:
+                    show_progress_bar: bool | None, root: str = "") -> None:
         """Documents short enough to tokenize whole, embedded together."""
         try:
             if self.embedder.tokenizer is None:
@@ -920,14 +977,15 @@ class QdrantSync:
         for (doc, action), vector, doc_ids, stream in zip(batch, vectors, ids, streams):
             n_passages = 0
             if self.passage_tokens:
-                passages = _PassageWriter(self, doc)
+                passages = _PassageWriter(self, doc, root)
                 passages.feed(doc_ids)
                 n_passages = passages.close()
                 report.embedded_tokens += passages.tokens
             finished.append((doc, action, vector, stream, n_passages))
-        self._complete(finished, report, done)  # the batch's own points after all of its passages
+        self._complete(finished, report, done, root)  # the batch's own points after all of its passages
 
-    def _sync_streamed(self, doc: Document, action: str, report: SyncReport, done, show: bool) -> None:
+    def _sync_streamed(self, doc: Document, action: str, report: SyncReport, done, show: bool,
+                       root: str = "") -> None:
         """A long document: tokenized in windows, embedded as a stream, passages cut from the same stream."""
         from tqdm.auto import tqdm
 
@@ -941,7 +999,7 @@ class QdrantSync:
             with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
                       desc=_short(doc.id)) as bar:
                 stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update)
-                passages = _PassageWriter(self, doc) if self.passage_tokens else None
+                passages = _PassageWriter(self, doc, root) if self.passage_tokens else None
 
                 def pieces() -> Iterator[list[int]]:  # one pass feeds the document's stream and its passages
                     for piece in stream:
@@ -955,7 +1013,7 @@ class QdrantSync:
         except TokenizationError as e:
             report.failed.append((doc.id, str(e)))
             return
-        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages)], report, done)
+        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages)], report, done, root)
 
     # ------------------------------------------------------------------ search
     def search(
@@ -992,8 +1050,8 @@ class QdrantSync:
                              f"got {mode!r}")
         if fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise ValueError(f"limit must be an int from 1 to {MAX_SEARCH_LIMIT:,}, got {limit!r}")
         metadata_conditions = ([metadata_condition(k, v) for k, v in filter.items()] if isinstance(filter, dict)
                                else [])
         self.ensure_collection(create=False)
@@ -1003,7 +1061,7 @@ class QdrantSync:
         mode = self._search_mode(mode)
         sparse_query = self.bm25.embed_query(query) if mode != "dense" else None
         if sparse_query is not None and not len(sparse_query):
-            warnings.warn(SearchNotice("the query has no BM25 terms (it is empty, or only stopwords and punctuation): "
+            warnings.warn(SearchNotice(f"the query has no BM25 terms ({self.bm25.why_no_terms(query)}): "
                                        + ("nothing to search by BM25" if mode == "sparse" else
                                           "searched by the dense vector alone")), stacklevel=2)
             if mode == "sparse":
@@ -1031,16 +1089,25 @@ class QdrantSync:
         candidates = max(PREFETCH_MIN, PREFETCH_PER_HIT * limit)
         if not grouped:
             points = self._call(self.store.query, self.collection, request(candidates))
-            return [_hit(p.payload, p.score) for p in points]
-        while True:
-            # Each group's hits come best first: with two of them, a document whose own point leads still shows its
-            # best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer than ``limit``
-            # documents and more exist, the search is repeated with more candidates, so a page is full.
-            groups = self._call(self.store.query_groups, self.collection, request(candidates), "document_id", 2)
-            if mode != "hybrid" or len(groups) >= limit or candidates >= self._points():
-                break
-            candidates *= 4
-        return self._document_hits(groups)
+            hits = [_hit(p.payload, p.score) for p in points]
+        else:
+            while True:
+                # Each group's hits come best first: with two of them, a document whose own point leads still shows
+                # its best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer than
+                # ``limit`` documents and more exist, the search is repeated with more candidates, so a page is full.
+                groups = self._call(self.store.query_groups, self.collection, request(candidates), "document_id", 2)
+                if mode != "hybrid" or len(groups) >= limit or candidates >= self._points():
+                    break
+                candidates = min(candidates * 4, self._points())
+            hits = self._document_hits(groups)
+        if mode == "hybrid" and len(hits) == 1 < limit:
+            # A fusion scores candidates against each other: alone, a hit scores 1.0 (both lists) or 0.5 (one).
+            warnings.warn(SearchNotice("only one result matched, so its fused score would compare it with nothing "
+                                       "(1.0 or 0.5 whatever its relevance); it is scored by its dense similarity "
+                                       "instead"), stacklevel=2)
+            return self.search(query, limit=limit, instruction=instruction, filter=filter, granularity=granularity,
+                               mode="dense")
+        return hits
 
     def _search_mode(self, mode: str | None) -> str:
         if self.bm25 is None:
@@ -1146,8 +1213,8 @@ class PassageWindows:
 class _PassageWriter:
     """Embeds and upserts a document's passages in groups as its ids stream in (before its own point)."""
 
-    def __init__(self, sync: QdrantSync, doc: Document):
-        self.sync, self.doc = sync, doc
+    def __init__(self, sync: QdrantSync, doc: Document, root: str = ""):
+        self.sync, self.doc, self.root = sync, doc, root
         self.windows = PassageWindows(sync.passage_tokens, sync.passage_overlap, sync.embedder.tokenizer.eos_token_id)
         self.pending: list[list[int]] = []
         self.written = 0
@@ -1173,7 +1240,7 @@ class _PassageWriter:
         points = []
         for i, (w, v) in enumerate(zip(windows, vectors), start=self.written):
             payload = {"document_id": doc.id, "kind": KIND_PASSAGE, "passage": i, "metadata": doc.metadata,
-                       "tokens": len(w)}
+                       "tokens": len(w), ROOT_KEY: self.root}
             # The passage's text as its tokens decode: what its BM25 vector counts and what a search shows.
             text = sync.embedder.tokenizer.tokenizer.decode(w[:-1], skip_special_tokens=True) if (
                 sync.store_text or sync.bm25_passages is not None) else None
@@ -1184,6 +1251,46 @@ class _PassageWriter:
         sync._call(sync.store.upsert, sync.collection, points)
         self.written += len(windows)
         self.tokens += sum(map(len, windows))
+
+
+def scope_root(scope: str | None) -> str:
+    """The root a sync with this scope writes under: "" without one, else the prefix as whole path components
+    ending in "/" ("wiki" and "wiki/" are "wiki/"), so "wiki/" never claims "wikipedia/x"."""
+    if scope is None:
+        return ""
+    if not isinstance(scope, str) or not scope.strip().strip("/"):
+        raise ValueError(f"scope must be a non-empty id prefix such as 'wiki/', got {scope!r}")
+    return scope.strip().strip("/") + "/"
+
+
+def owned_ids(seen: dict[str, str | None], root: str) -> set[str]:
+    """The stored document ids that belong to ``root``: those its sync wrote, and unstamped ones (a recemb that did
+    not record roots) that the old id rule gives it: under the root, and not under a longer root another sync
+    recorded."""
+    stamped = {r for r in seen.values() if r is not None}
+    longer = [r for r in stamped if len(r) > len(root) and r.startswith(root)]
+    return {doc_id for doc_id, r in seen.items()
+            if r == root or (r is None and doc_id.startswith(root) and not any(map(doc_id.startswith, longer)))}
+
+
+def describe_root(root: str | None) -> str:
+    """A root as the user named it."""
+    if root is None:
+        return "a root that recemb could not tell (written before roots were recorded)"
+    return "the sync without an id prefix" if not root else f"the sync with id prefix {root.rstrip('/')!r}"
+
+
+def _foreign_id(doc_id: str, owner: str | None, root: str) -> str:
+    return (f"this id is stored by {describe_root(owner)} of this collection, not by {describe_root(root)}; its "
+            "stored version is kept. Give each folder its own --id-prefix (scope=) so that their ids cannot meet")
+
+
+def _blank(doc: _Entry) -> str:
+    return "empty document" if doc.size == 0 else "document holds only whitespace"
+
+
+_EMPTIED = ("; its stored version is kept (skip_empty leaves it out). Delete the file to remove it, or sync "
+            "without --skip-empty to store it empty")
 
 
 def interrupted_rebuild_hint(store: Store | Any, collection: str) -> str | None:
@@ -1201,6 +1308,8 @@ def interrupted_rebuild_hint(store: Store | Any, collection: str) -> str | None:
 
 
 def _short(doc_id: str, width: int = 30) -> str:
+    """An id for a progress bar's label: escaped (a bar is printed on the terminal), its end if it is long."""
+    doc_id = escape(doc_id)
     return doc_id if len(doc_id) <= width else "..." + doc_id[-(width - 3):]
 
 

@@ -204,7 +204,7 @@ class _SyncActor:
     collection's recorded layout (BM25 encoders), writing into a ``_RecordingStore``."""
 
     def __init__(self, model: str, model_kwargs: dict[str, Any], settings: dict[str, Any],
-                 recorded: dict[str, Any], fingerprint: str):
+                 recorded: dict[str, Any], fingerprint: str, root: str = ""):
         from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync
 
         embedder = _load(model, model_kwargs)
@@ -217,6 +217,7 @@ class _SyncActor:
                 f"model (fingerprint {fingerprint}); give RayExecutor the same model")
         self.sync._adopt_layout(recorded)
         self.sync._verified = True
+        self.root = root
 
     def __call__(self, batch):
         from recemb_integrations.qdrant import SyncReport
@@ -224,7 +225,8 @@ class _SyncActor:
         tasks = [pickle.loads(t) for t in batch["task"]]
         report, finished = SyncReport(), []
         self.store.writes = []
-        self.sync.embed_and_write(tasks, report, lambda doc, action: finished.append((doc.id, action)))
+        self.sync.embed_and_write(tasks, report, lambda doc, action: finished.append((doc.id, action)),
+                                  root=self.root)
         result = (self.store.writes, report, finished)
         return {"result": [ray.cloudpickle.dumps(result)]}
 
@@ -279,9 +281,10 @@ class RayExecutor:
         return str(model), {**kwargs, **self.model_kwargs}
 
     def run(self, sync, to_embed: Sequence[tuple[Any, str]], report, done: Callable[[Any, str], None],
-            show_progress_bar: bool = False) -> None:
+            show_progress_bar: bool = False, root: str = "") -> None:
         """Embed ``to_embed`` ((entry, action) pairs of the sync's plan) on the actors and write each batch's points
-        from here, in the order the actor recorded them; ``done`` and the report as a local sync has them."""
+        from here, in the order the actor recorded them; ``done`` and the report as a local sync has them; ``root``:
+        the sync's root, recorded on every point."""
         from tqdm.auto import tqdm
 
         from recemb_integrations.qdrant import Document, _recorded_metadata
@@ -304,7 +307,7 @@ class RayExecutor:
         blocks = min(-(-len(items) // batch_size), MAX_BLOCKS)
         ds = ray.data.from_items(items, override_num_blocks=blocks)
         ds = ds.map_batches(_SyncActor, batch_size=batch_size, batch_format="numpy",
-                            fn_constructor_args=(model, model_kwargs, settings, recorded, sync.fingerprint),
+                            fn_constructor_args=(model, model_kwargs, settings, recorded, sync.fingerprint, root),
                             **resources)
         with tqdm(total=None, disable=not show_progress_bar, desc=f"Syncing {sync.collection} on Ray",
                   unit="tok", unit_scale=True) as bar:

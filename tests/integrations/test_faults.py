@@ -34,57 +34,7 @@ from recemb_integrations.qdrant import (  # noqa: E402
 )
 from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-
-
-# ---------------------------------------------------------------------- helpers
-def make_corpus(folder: Path, n: int, words: int = 6) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        (folder / f"doc{i:03d}.txt").write_text(f"document number {i} about topic {i % 5} " * (words + i % 3))
-    return folder
-
-
-def run(capsys, argv, json_out=True):
-    """(exit code, parsed JSON report or None, stderr)."""
-    code = main(argv + (["--json"] if json_out else []))
-    out = capsys.readouterr()
-    lines = out.out.strip().splitlines()
-    return code, (json.loads(lines[-1]) if lines and json_out else None), out.err
-
-
-def stored_ids(store: Path, collection: str = "c") -> list[str]:
-    with open_store(path=store) as s:
-        points, _ = s.scroll(collection, filter=qm.Filter(must=[qm.FieldCondition(
-            key="kind", match=qm.MatchValue(value="document"))]), limit=100_000, with_payload=True)
-        return sorted(p.payload["document_id"] for p in points)
-
-
-def point_count(store: Path, collection: str = "c") -> int:
-    with open_store(path=store) as s:
-        return s.count(collection)
-
-
-@pytest.fixture(params=["edge", "local"])
-def store_kind(request):
-    if request.param == "edge":
-        pytest.importorskip("qdrant_edge")
-    return request.param
-
-
-@pytest.fixture
-def opts(tiny_folder, tmp_path, store_kind):
-    """Every CLI case runs on both embedded stores."""
-    return ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c",
-            "--store", store_kind]
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Fails the test if the model is loaded: the check under test must come first."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before a check that needs no model")
-
-    monkeypatch.setattr(cli, "load_embedder", refuse)
+from tests.integrations.cli_cases import make_corpus, point_count, run, stored_ids  # noqa: E402
 
 
 # ---------------------------------------------------------------------- no mass deletion by accident
@@ -205,8 +155,7 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
     window = 2000
     original = emb.tokenizer.encode_stream
     monkeypatch.setattr(emb.tokenizer, "encode_stream",
-                        lambda t, on_chars=None, window_chars=window: original(t, window_chars=window,
-                                                                               on_chars=on_chars))
+                        lambda t, window_chars=window, **kwargs: original(t, window_chars=window, **kwargs))
     widest: list[int] = []
     inner = emb.tokenizer.tokenizer
     calls = type(inner).__call__
@@ -371,9 +320,15 @@ def test_empty_and_whitespace_documents_warn_and_skip_empty_leaves_them_out(tmp_
     assert code == 0 and report["added"] == 4
     warned = {Path(p).name: w for p, w in report["warnings"]}
     assert "empty document" in warned["empty.txt"] and "only whitespace" in warned["blank.md"]
+    # --skip-empty leaves them out of a new collection; where they are stored already, their versions are kept
+    code, report, _ = run(capsys, ["sync", str(corpus), "--skip-empty", *opts, "--collection", "c2"])
+    assert code == 0 and report["added"] == 2 and len(report["warnings"]) == 2
+    assert all("left out" in w for _, w in report["warnings"])
+    assert stored_ids(tmp_path / "store", "c2") == ["doc000.txt", "doc001.txt"]
     code, report, _ = run(capsys, ["sync", str(corpus), "--skip-empty", *opts])
-    assert code == 0 and report["deleted"] == 2 and len(report["warnings"]) == 2
-    assert [Path(d).name for d in stored_ids(tmp_path / "store")] == ["doc000.txt", "doc001.txt"]
+    assert code == 0 and report["deleted"] == 0 and len(report["warnings"]) == 2
+    assert all("stored version is kept" in w for _, w in report["warnings"])
+    assert len(stored_ids(tmp_path / "store")) == 4
 
 
 # ---------------------------------------------------------------------- interrupts, kills, two processes

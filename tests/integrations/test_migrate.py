@@ -411,7 +411,7 @@ def test_existing_targets_are_never_overwritten(tmp_path):
         fill(target, points=make_points(5, seed=9))  # a complete recemb collection
         fill(target, "foreign", points=make_points(5, seed=9), metadata={"someone": "else"})
         before = snapshot(target)
-        with pytest.raises(MigrationError, match=r"already exists.*--collection.*delete"):
+        with pytest.raises(MigrationError, match=r"already exists.*--to-collection.*delete"):
             migrate_collection(source, target, "docs", show_progress_bar=False)
         with pytest.raises(MigrationError, match="already exists"):
             migrate_collection(source, target, "docs", "foreign", show_progress_bar=False)

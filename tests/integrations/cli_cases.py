@@ -1,0 +1,71 @@
+"""Helpers of the tests that drive the real `recemb` command against the embedded stores (the fixtures `opts`,
+`store_kind` and `no_model` are in conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from qdrant_client import models as qm
+
+from recemb_integrations.cli import main
+from recemb_integrations.qdrant import content_hash
+from recemb_integrations.stores import open_store
+
+
+def make_corpus(folder: Path, n: int, words: int = 6) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"doc{i:03d}.txt").write_text(f"document number {i} about topic {i % 5} " * (words + i % 3))
+    return folder
+
+
+def run(capsys, argv, json_out=True):
+    """(exit code, parsed JSON report or None, stderr)."""
+    code = main(argv + (["--json"] if json_out else []))
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    return code, (json.loads(lines[-1]) if lines and json_out else None), out.err
+
+
+def _kind(kind: str) -> qm.Filter:
+    return qm.Filter(must=[qm.FieldCondition(key="kind", match=qm.MatchValue(value=kind))])
+
+
+def stored_ids(store: Path, collection: str = "c") -> list[str]:
+    with open_store(path=store) as s:
+        points, _ = s.scroll(collection, filter=_kind("document"), limit=100_000, with_payload=True)
+        return sorted(p.payload["document_id"] for p in points)
+
+
+def point_count(store: Path, collection: str = "c") -> int:
+    with open_store(path=store) as s:
+        return s.count(collection)
+
+
+def stored_payloads(store: Path, collection: str = "c") -> dict[str, dict]:
+    """Document id -> the payload of its own point."""
+    with open_store(path=store) as s:
+        points, _ = s.scroll(collection, filter=_kind("document"), limit=100_000, with_payload=True)
+        return {p.payload["document_id"]: p.payload for p in points}
+
+
+def assert_store_is(store: Path, expected: dict[str, str], collection: str = "c") -> None:
+    """The collection holds exactly these documents (id -> the text it was embedded from), each once, and no
+    passage of a document it does not hold."""
+    with open_store(path=store) as s:
+        documents, _ = s.scroll(collection, filter=_kind("document"), limit=100_000, with_payload=True)
+        passages, _ = s.scroll(collection, filter=_kind("passage"), limit=100_000, with_payload=True)
+    ids = [p.payload["document_id"] for p in documents]
+    assert sorted(ids) == sorted(expected), f"stored {sorted(ids)}, expected {sorted(expected)}"
+    hashes = {p.payload["document_id"]: p.payload["content_hash"] for p in documents}
+    wrong = [doc_id for doc_id, text in expected.items() if hashes[doc_id] != content_hash(text)]
+    assert not wrong, f"stored versions differ from the source: {wrong}"
+    orphans = {p.payload["document_id"] for p in passages} - set(expected)
+    assert not orphans, f"passages of documents not stored: {sorted(orphans)}"
+
+
+def texts_under(folder: Path, prefix: str = "", suffixes=(".txt", ".md")) -> dict[str, str]:
+    """What a sync of ``folder`` (with ``--id-prefix``) should store: id -> text, for its document files."""
+    return {prefix + f.relative_to(folder).as_posix(): f.read_text(encoding="utf-8")
+            for f in sorted(folder.rglob("*")) if f.is_file() and f.suffix in suffixes}
