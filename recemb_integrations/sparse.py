@@ -28,7 +28,8 @@ Long texts take bounded memory: they are read in windows of about ``TEXT_WINDOW_
 a " " or "\\n", or in text without them just before any other character that is not ``\\w`` (it is whitespace, or
 becomes " " before ``lower()``: neither cased nor case-ignorable, so the context-sensitive ``lower()`` of a Greek
 final sigma and the regexes see the same thing as on the whole text); only the counts per stem grow with the text.
-A single run of ``\\w`` characters longer than a window is read whole.
+A run of ``\\w`` characters longer than a window is cut inside where more than ``token_max_length`` characters lie on
+each side (lowercased too): the token there would be dropped, and both halves are.
 """
 
 from __future__ import annotations
@@ -126,9 +127,10 @@ def _check_text(text: object) -> str:
     return text
 
 
-def _windows(text: str) -> Iterator[str]:
+def _windows(text: str, word_max: int | None = None) -> Iterator[str]:
     """Consecutive pieces of text, each but the first starting with " " or "\\n" (else another non-\\w character),
-    about TEXT_WINDOW_CHARS long."""
+    about TEXT_WINDOW_CHARS long. With ``word_max`` (the longest token kept), a run of \\w characters is also cut
+    where more than ``word_max`` of them lie on each side, lowercased too: the token there is dropped whole or cut."""
     size = TEXT_WINDOW_CHARS  # read at call time, so tests can shrink it
     start = 0
     while len(text) - start > size:
@@ -136,6 +138,10 @@ def _windows(text: str) -> Iterator[str]:
         cut = max(text.rfind(" ", start + 1, end + 1), text.rfind("\n", start + 1, end + 1))
         if cut <= start:  # text without spaces: before the window's last non-word character
             cut = max((m.start() for m in _NOT_WORD.finditer(text, end - size // 2, end + 1)), default=-1)
+        if cut <= start and word_max is not None:  # inside a long word: where its parts on both sides are dropped
+            margin = word_max + 1
+            cut = next((at for at in range(end, max(start + margin, end - size // 2) - 1, -margin)
+                        if _inside_long_word(text, at, margin)), -1)
         if cut <= start:  # no cut point inside the window: extend it to the next one
             later = _NOT_WORD.search(text, end + 1)
             if later is None:
@@ -146,9 +152,18 @@ def _windows(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-def _raw_tokens(text: str) -> Iterator[list[str]]:
+def _inside_long_word(text: str, at: int, margin: int) -> bool:
+    """Whether ``margin`` characters on each side of ``at`` are \\w, and stay \\w lowercased (lower() is local to
+    each character but for sigma's form, which is \\w either way; 'İ' gains a mark, which is not). The window is cut
+    there only if those on its left are its own (the caller keeps ``at - margin`` at or after the window's start)."""
+    if at < margin or at + margin > len(text) or _NOT_WORD.search(text, at - margin, at + margin):
+        return False
+    return _NOT_WORD.search(text[at - margin : at + margin].lower()) is None
+
+
+def _raw_tokens(text: str, word_max: int | None = None) -> Iterator[list[str]]:
     """fastembed's tokenizer, window by window: the \\w runs of the lowercased text, punctuation made spaces first."""
-    for window in _windows(text):
+    for window in _windows(text, word_max):
         # The order matters: punctuation becomes " " before lower(), which then sees a final sigma before "."
         # as final, as fastembed does.
         yield _WORD.findall(_NOT_WORD_OR_SPACE.sub(" ", window).lower())
@@ -219,7 +234,7 @@ class Bm25:
         counts: dict[str, int] = {}
         stems: dict[str, str] = {}  # token -> stem: each distinct token is stemmed once per call
         doc_len = 0
-        for tokens in _raw_tokens(text):
+        for tokens in _raw_tokens(text, self.token_max_length):
             for token, n in Counter(tokens).items():  # Counter keeps first-occurrence order
                 stem = stems.get(token)
                 if stem is None:
@@ -235,7 +250,7 @@ class Bm25:
         _check_text(text)
         stems: dict[str, str] = {}
         out: list[str] = []
-        for tokens in _raw_tokens(text):
+        for tokens in _raw_tokens(text, self.token_max_length):
             for token in tokens:
                 stem = stems.get(token)
                 if stem is None:

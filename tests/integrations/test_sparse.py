@@ -165,6 +165,9 @@ GLUED = ["no.spaces,here;at-all!" * 10, "ΟΔΟΣ.ΑΣ,Σ;ΟΔΟΣ…ΣΑ'Σ" * 
 WINDOW_TEXTS = [
     text_with_sigmas(), "nospacesatallinthistext_" * 10, "tab\tseparated\tonly\ttext", "\n\nlead and trail  ",
     *GLUED]
+# Long runs of \w: cut inside only where the token there is dropped (longer than 40 characters) on both sides.
+LONG_RUNS = ["x" * 300 + ".y" + "\u0130" * 100 + "z" * 200 + "ΣΑΣ" * 50 + "a" * 39 + "." + "b" * 41,
+             "w" * 100 + "\u0130" + "v" * 90 + "ΟΔΟΣ" * 30]
 
 
 def test_windows_cut_before_space_or_newline(monkeypatch):
@@ -181,18 +184,23 @@ def test_windows_cut_before_space_or_newline(monkeypatch):
     assert len(list(sparse._windows(text_with_sigmas()))) > 10
     assert all(len(list(sparse._windows(text))) > 10 for text in GLUED)
     assert list(sparse._windows(WINDOW_TEXTS[1])) == [WINDOW_TEXTS[1]]  # no cut point: one window
+    monkeypatch.setattr(sparse, "TEXT_WINDOW_CHARS", 100)
+    for text in LONG_RUNS:  # with the longest token kept, long runs are cut too, each side over 40 characters
+        windows = list(sparse._windows(text, 40))
+        assert "".join(windows) == text and len(windows) > 2
+        assert all(len(w) > 41 for w in windows)
 
 
-@pytest.mark.parametrize("window", [1, 2, 3, 5, 7, 11])
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 7, 11, 60, 97])
 def test_windows_change_nothing(monkeypatch, window):
-    texts = WINDOW_TEXTS + HARD + DOCUMENTS[:40]
+    texts = WINDOW_TEXTS + LONG_RUNS + HARD + DOCUMENTS[:40]
     bm25 = Bm25(avg_len=10.0)
     greek = Bm25("greek", avg_len=10.0)
     whole = [(b.tokens(t), b.embed_document(t), b.embed_query(t), b.length(t)) for t in texts for b in (bm25, greek)]
     monkeypatch.setattr(sparse, "TEXT_WINDOW_CHARS", window)
     windowed = [(b.tokens(t), b.embed_document(t), b.embed_query(t), b.length(t)) for t in texts for b in (bm25, greek)]
     assert windowed == whole
-    assert len(list(sparse._windows(texts[0]))) > 10
+    assert len(list(sparse._windows(texts[0]))) > (10 if window <= 11 else 1)
 
 
 def test_memory_does_not_grow_with_the_text(monkeypatch):
