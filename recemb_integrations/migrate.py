@@ -136,8 +136,8 @@ def migrate_collection(source: Store, target: Store, collection: str, target_col
         found = found.get(MIGRATION_KEY) if isinstance(found, dict) else None
         if not isinstance(found, dict):
             raise MigrationError(f"collection {target_collection!r} already exists in {target.location}; nothing was "
-                                 "written. Pick another target name (--to-collection, target_collection=) or delete that "
-                                 "collection first")
+                                 "written. Pick another target name (--to-collection, target_collection=) or delete "
+                                 "that collection first")
         if found.get("source") != source_name:
             raise MigrationError(f"collection {target_collection!r} in {target.location} is an unfinished copy of "
                                  f"{found.get('source')}, not of {source_name}; run that migration again to complete "

@@ -22,7 +22,8 @@ Invariants that make a killed sync safe to re-run:
   after all of the batch's passages);
 - every write waits for acknowledgement (``wait=True``) and transient server errors are retried;
 - the collection's model, dimension and distance are checked before the first write;
-- a sync that would delete most of a collection stops before its first write unless told it is intended.
+- a sync that would delete most of a collection stops before its first write unless told it is intended;
+- every point records the root (``scope``) whose sync wrote it, and a sync deletes or overwrites only its own root's.
 
 Documents of any length take bounded memory: long ones are tokenized in windows and embedded as a stream, and
 their passages come from the same stream (``recemb.core.Embedder.tokenize_stream``).
@@ -1032,8 +1033,12 @@ class QdrantSync:
         by the dense vector and by BM25, each under the filter, and fuses the two lists with ``fusion``, "dbsf"
         (distribution-based score fusion: each list's scores scaled by its mean +- 3 standard deviations, then
         summed; the default) or "rrf" (reciprocal rank fusion, 1 / (60 + rank) as Cormack et al.)), "dense" (the
-        default of a dense-only collection) or "sparse" (BM25 alone). A query without BM25 terms (empty, or only
-        stopwords and punctuation) is searched dense-only, with a ``SearchNotice``.
+        default of a dense-only collection) or "sparse" (BM25 alone). A fused score ranks the hits of one search
+        against each other (DBSF: about 0 to 2); it is neither a similarity nor comparable between searches. When a
+        hybrid search finds a single result (a narrow filter), its fused score would compare it with nothing (1.0
+        or 0.5), so it is scored by its dense similarity, with a ``SearchNotice``. A query without BM25 terms (empty,
+        only stopwords and punctuation, or words over 40 characters such as CJK text without spaces) is searched
+        dense-only, with a ``SearchNotice`` that says which. ``limit``: 1 to ``MAX_SEARCH_LIMIT``.
         ``filter``: a qdrant ``models.Filter``, or a dict of metadata key -> value (all must match): a string,
         integer or boolean matches exactly, a list of strings or of integers matches any of them.
         ``granularity``: "document", "passage" or "any". Where the collection has passages, a document search
