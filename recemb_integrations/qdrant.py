@@ -951,7 +951,8 @@ class QdrantSync:
             if stream.truncated:
                 report.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
             report.warnings.extend((doc.id, note) for note in stream.notes)
-            if len(doc.text) >= FEW_TOKENS_MIN_CHARS and stream.tokens * FEW_TOKENS_CHARS_PER_TOKEN < len(doc.text):
+            if (not stream.truncated and len(doc.text) >= FEW_TOKENS_MIN_CHARS
+                    and stream.tokens * FEW_TOKENS_CHARS_PER_TOKEN < len(doc.text)):  # max_tokens is not the text's
                 report.warnings.append((doc.id, (
                     f"its {len(doc.text):,} characters gave only {stream.tokens:,} tokens, so its embedding "
                     "carries little of its content (a tokenizer makes a long run of letters without spaces or "

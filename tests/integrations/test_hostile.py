@@ -444,3 +444,13 @@ def test_a_lone_fused_hit_is_scored_by_its_dense_similarity(tmp_path, opts, caps
     code, hits, err = run(capsys, ["search", "owls", *opts])  # several hits: fused as always
     assert len(hits) == 3 and "dense similarity" not in err
     assert_store_is(tmp_path / "store", texts_under(corpus))
+
+
+def test_a_document_cut_by_max_tokens_is_not_called_token_poor(tmp_path, opts, capsys):
+    """The few-tokens warning is about what the text yields, not about a limit the user set."""
+    corpus = write(tmp_path / "docs" / "long.md", "owls hunt at night in the forest " * 600).parent
+    code, report, err = run(capsys, ["sync", str(corpus), "--max-tokens", "8", *opts])
+    assert code == 0 and report["added"] == 1, err
+    [(doc_id, what)] = report["warnings"]
+    assert doc_id == "long.md" and "truncated to its first 8 tokens" in what
+    assert_store_is(tmp_path / "store", {"long.md": (corpus / "long.md").read_text()})
