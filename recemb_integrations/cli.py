@@ -179,17 +179,20 @@ def _virtual_folder(real: str) -> str | None:
     return next((v for v in VIRTUAL_FOLDERS if real == v or real.startswith(v + "/")), None)
 
 
-def _refuse_system_paths(spec: str, real: str) -> None:
+def _refuse_system_paths(spec: str, path: str) -> None:
     """The filesystem root and the kernel's virtual filesystems are never synced, however they are named (a
-    relative path, a link, an unset shell variable before a '/')."""
+    relative path, a link, an unset shell variable before a '/'). ``spec``: the argument, ``path``: what of it is
+    judged (the argument, a glob's leading folders, a match)."""
+    real = _real_path(path)
+    glob_base = glob.has_magic(spec) and not glob.has_magic(path)
     if real == "/":
-        raise CommandError(f"{spec} is the filesystem root (/); refusing to sync the whole filesystem "
-                           "(an unset shell variable before a '/'?); nothing was done")
+        raise CommandError(f"{spec} {'starts at' if glob_base else 'is'} the filesystem root (/); refusing to sync "
+                           "the whole filesystem (an unset shell variable before a '/'?); nothing was done")
     virtual = _virtual_folder(real)
     if virtual is not None:
-        shown = spec + ("" if real == spec else f" ({real})")
-        raise CommandError(f"{shown} is under {virtual}, the kernel's view of the running system, not documents; "
-                           "refusing to sync it; nothing was done")
+        via = "" if real == os.path.abspath(path) else f" ({'it' if path == spec else path} leads to {real})"
+        raise CommandError(f"{spec}{via} is under {virtual}, the kernel's view of the running system, not "
+                           "documents; refusing to sync it; nothing was done")
 
 
 def _walk(folder: Path, base: Path, out: Sources, files: dict[Path, str]) -> None:
@@ -237,16 +240,16 @@ def collect_files(paths: list[str], id_prefix: str | None = None) -> Sources:
             raise CommandError("an empty path argument was given (an unset shell variable?); nothing was done")
         if glob.has_magic(spec):
             base = _glob_base(spec)
-            _refuse_system_paths(f"{spec} (the folder it starts from, {base})", _real_path(base))
+            _refuse_system_paths(spec, str(base))
             matches = sorted(glob.glob(spec, recursive=True))
             for m in matches:
-                _refuse_system_paths(m, _real_path(m))
+                _refuse_system_paths(f"{m} (matched by {spec})", m)
             if not matches:
                 out.missing.append((spec, "no file or folder matches this pattern"))
             for m in matches:
                 _add(Path(m), base, out, files, explicit=False)
         else:
-            _refuse_system_paths(spec, _real_path(spec))
+            _refuse_system_paths(spec, spec)
             path = Path(spec)
             _add(path, path if _kind(path)[0] == "dir" else path.parent, out, files, explicit=True)
     out.files = list(files)

@@ -789,13 +789,14 @@ class QdrantSync:
 
     def _stale(self, seen: set[str], docs: list[Document], bad: list[tuple[str, str]], keep_ids: Iterable[str],
                allow_mass_delete: bool) -> list[str]:
-        """Stored document ids absent from the sources; a MassDeletionError when they are most of the collection."""
+        """Stored document ids (``seen``: those this sync manages) absent from the sources; a MassDeletionError when
+        they are most of them."""
         source_ids = {d.id for d in docs} | {doc_id for doc_id, _ in bad} | set(keep_ids)
         stale = sorted(seen - source_ids)
         if not allow_mass_delete and len(stale) > max(MASS_DELETE_MIN_DOCUMENTS, len(seen) / 2):
             shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
             raise MassDeletionError(
-                f"this sync would delete {len(stale)} of the {len(seen)} documents in collection "
+                f"this sync would delete {len(stale)} of the {len(seen)} documents it manages in collection "
                 f"{self.collection!r} ({shown}) because they are not among the {len(docs)} given; nothing was "
                 "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
                 "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False); to keep several "

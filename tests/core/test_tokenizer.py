@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 import recemb
 from recemb.core import TextTokenizer
@@ -376,3 +377,16 @@ def test_a_stretch_without_any_exact_cut_is_read_no_further(tokenizers):
     pieces = list(tok.encode_stream(text, window_chars=16, max_piece_chars=100, on_chars=seen.append))
     assert sum(seen) == len(text)  # progress reaches the end: the rest is not read
     assert sum(pieces, []) == tok.encode([text[:100]])[0]  # read no further, even where later text could be cut
+
+
+def test_embedding_a_text_read_in_bounded_memory_warns_of_what_it_did():
+    """Embedder.encode_stream says when the stream had to bound itself: here a 2.1M-character word."""
+    from recemb.core import Embedder
+
+    emb = Embedder.from_pretrained(BUNDLED, device="cpu")
+    with pytest.warns(UserWarning, match="1 word of more than 100 characters .* became the unknown token"):
+        vector = emb.encode_stream("a" * 2_100_000, show_progress_bar=False)
+    whole = emb.tokenize(["a" * 2_100_000])[0]  # one call: the reference, [CLS] [UNK] [SEP]
+    assert len(whole) == 3
+    expected = emb.embed_token_ids([whole], normalize=True)[0]
+    assert torch.allclose(vector, expected, rtol=1e-5, atol=1e-6)

@@ -69,3 +69,17 @@ def texts_under(folder: Path, prefix: str = "", suffixes=(".txt", ".md")) -> dic
     """What a sync of ``folder`` (with ``--id-prefix``) should store: id -> text, for its document files."""
     return {prefix + f.relative_to(folder).as_posix(): f.read_text(encoding="utf-8")
             for f in sorted(folder.rglob("*")) if f.is_file() and f.suffix in suffixes}
+
+
+def spy_on_tokenizer(monkeypatch, emb) -> list[int]:
+    """The length of the longest text in every call of ``emb``'s tokenizer, from now on."""
+    widest: list[int] = []
+    inner = emb.tokenizer.tokenizer
+    calls = type(inner).__call__
+
+    def spy(self, texts, *a, **k):
+        widest.append(max((len(t) for t in ([texts] if isinstance(texts, str) else texts)), default=0))
+        return calls(self, texts, *a, **k)
+
+    monkeypatch.setattr(type(inner), "__call__", spy)
+    return widest

@@ -34,7 +34,7 @@ from recemb_integrations.qdrant import (  # noqa: E402
 )
 from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.integrations.cli_cases import make_corpus, point_count, run, stored_ids  # noqa: E402
+from tests.integrations.cli_cases import make_corpus, point_count, run, spy_on_tokenizer, stored_ids  # noqa: E402
 
 
 # ---------------------------------------------------------------------- no mass deletion by accident
@@ -156,15 +156,7 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
     original = emb.tokenizer.encode_stream
     monkeypatch.setattr(emb.tokenizer, "encode_stream",
                         lambda t, window_chars=window, **kwargs: original(t, window_chars=window, **kwargs))
-    widest: list[int] = []
-    inner = emb.tokenizer.tokenizer
-    calls = type(inner).__call__
-
-    def spy(self, texts, *a, **k):
-        widest.append(max(len(t) for t in ([texts] if isinstance(texts, str) else texts)))
-        return calls(self, texts, *a, **k)
-
-    monkeypatch.setattr(type(inner), "__call__", spy)
+    widest = spy_on_tokenizer(monkeypatch, emb)
     chars: list[int] = []
     with closing(QdrantClient(":memory:")) as client:
         sync = QdrantSync(client, "c", emb, passage_tokens=64, passage_overlap=16)

@@ -30,7 +30,7 @@ from recemb_integrations import qdrant as q  # noqa: E402
 from recemb_integrations.cli import main  # noqa: E402
 from recemb_integrations.qdrant import Document, QdrantSync  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.integrations.cli_cases import (assert_store_is, run, stored_payloads,  # noqa: E402
+from tests.integrations.cli_cases import (assert_store_is, run, spy_on_tokenizer, stored_payloads,  # noqa: E402
                                           texts_under)
 
 
@@ -119,12 +119,15 @@ def test_scopes_in_the_api(tiny_embedder, tmp_path, store_kind):
         report = sync.sync([Document("wiki/c", "gamma"), Document("elsewhere", "delta")], scope="wiki")
         assert report.added == 1 and report.deleted == 0  # "wiki" means "wiki/": wiki/a is the unprefixed root's
         assert [f[0] for f in report.failed] == ["elsewhere"] and "outside this sync's scope" in report.failed[0][1]
-        assert sorted(sync.search("alpha", limit=10, mode="dense")[i].document_id for i in range(3)) == \
+        assert sorted(h.document_id for h in sync.search("alpha", limit=10, mode="dense")) == \
             ["wiki/a", "wiki/c", "wikipedia/b"]
         report = sync.sync([Document("wiki/d", "epsilon")], scope="wiki/")
         assert report.deleted == 1 and report.added == 1  # its own wiki/c, nothing else
-        with pytest.raises(ValueError, match="scope"):
-            sync.sync([Document("x", "y")], scope="/")
+        for blank in ("/", "", "  ", " / "):  # an unset variable must not mean "every id"
+            with pytest.raises(ValueError, match="scope"):
+                sync.sync([Document("x", "y")], scope=blank)
+        assert sorted(h.document_id for h in sync.search("alpha", limit=10, mode="dense")) == \
+            ["wiki/a", "wiki/d", "wikipedia/b"]
 
 
 def test_points_written_before_roots_were_recorded_are_adopted(tmp_path, opts, capsys, monkeypatch):
@@ -203,23 +206,9 @@ def test_a_permission_error_names_the_path_in_one_line(tmp_path, opts, capsys, m
 
 # ---------------------------------------------------------------------- 3. text without whitespace
 @pytest.fixture
-def bundled(monkeypatch):
-    """The bundled model (WordPiece), shared by the cases below."""
+def bundled():
+    """The bundled model (WordPiece), for the cases below."""
     return Embedder.from_pretrained(DEFAULT_MODEL, device="cpu")
-
-
-def spy_on_tokenizer(monkeypatch, emb) -> list[int]:
-    """The length of every text the tokenizer is called on, from now on."""
-    widest: list[int] = []
-    inner = emb.tokenizer.tokenizer
-    calls = type(inner).__call__
-
-    def spy(self, texts, *a, **k):
-        widest.append(max((len(t) for t in ([texts] if isinstance(texts, str) else texts)), default=0))
-        return calls(self, texts, *a, **k)
-
-    monkeypatch.setattr(type(inner), "__call__", spy)
-    return widest
 
 
 def glued_text(chars: int) -> str:
