@@ -9,12 +9,23 @@ search over the same float32 vectors (under the filter for the filtered rows: 10
 
 Targets (the scale issue): p95 <= 50 ms and recall@10 >= 0.95, unfiltered and filtered.
 """
-import glob, sys, time, shutil, uuid, json, numpy as np, psutil, os  # noqa: E401
+import glob  # noqa: E401
+import json
+import shutil
+import sys
+import time
+import uuid
 from pathlib import Path
+
+import numpy as np
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from recemb_integrations.stores.edge import EdgeStore
-from recemb_integrations.stores import SearchRequest, StoredPoint
 from qdrant_client import models as qm
+
+from recemb_integrations.stores import SearchRequest, StoredPoint
+from recemb_integrations.stores.edge import EdgeStore
+
 cache = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else sorted(glob.glob("/tmp/recemb-store-scale-cache/*short*/vectors.npy.bin"))[0]
 raw = np.fromfile(cache, dtype=np.float32)
 real = raw[: (raw.size // 256) * 256].reshape(-1, 256)

@@ -176,7 +176,7 @@ def roofline(folder, threads):
     """Encoder FLOP/s against the matmul probe. The machine's speed drifts with load, so the probe runs before and
     after every encoder point and the fraction uses the faster of the two (the conservative denominator); every
     encoder point is the best of three runs."""
-    from recemb.core.mixer import TORCH_SCAN_CHUNK_SIZE
+    from recemb.core.architectures.mamba2.mixer import TORCH_SCAN_CHUNK_SIZE
 
     f = flops_per_token(CONFIG_130M, TORCH_SCAN_CHUNK_SIZE)
     rows = []
@@ -202,7 +202,8 @@ def _line(r: dict) -> str:
     if "failed" in r:
         return f"| {r['figure']} | {label} | {r['failed']} |"
     return (f"| {r['figure']} | {label} | {r['tokens_per_s']:,.0f} tok/s | {r['seconds']:.2f} s | "
-            f"peak {r['peak_rss_mib']:,.0f} MiB (+{r['activation_peak_mib']:,.0f}) | effective T {r['effective_T']:,} |")
+            f"peak {r['peak_rss_mib']:,.0f} MiB (+{r['activation_peak_mib']:,.0f}) | "
+            f"effective T {r['effective_T']:,} |")
 
 
 def plot(rows: list[dict], out: Path) -> None:

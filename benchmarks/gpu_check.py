@@ -44,7 +44,8 @@ def timed(fn, device: torch.device, repeats: int = 5) -> float:
 def ssd_inputs(b, l, h, p, g, n, dtype, device, seed=0):
     gen = torch.Generator(device="cpu").manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen).to(device)  # noqa: E731
-    return dict(x=r(b, l, h, p).to(dtype), dt=r(b, l, h).to(dtype), A=-(torch.rand(h, generator=gen) * 4 + 0.5).to(device),
+    return dict(x=r(b, l, h, p).to(dtype), dt=r(b, l, h).to(dtype),
+                A=-(torch.rand(h, generator=gen) * 4 + 0.5).to(device),
                 B=r(b, l, g, n).to(dtype), C=r(b, l, g, n).to(dtype), D=r(h), dt_bias=r(h) - 2,
                 initial_states=r(b, h, p, n) * 0.1)
 
@@ -95,11 +96,12 @@ def time_ssd(device, smoke):
 def check_and_time_encoder(device, smoke):
     from transformers import Mamba2Config, Mamba2Model
 
-    from recemb.core import Mamba2Config as Config
-    from recemb.core import Mamba2Encoder, encode_vertical
+    from recemb.core import encode_vertical
+    from recemb.core.architectures.mamba2 import Mamba2Config as Config
+    from recemb.core.architectures.mamba2 import Mamba2Encoder
 
-    cfg = (dict(hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16, state_size=8, chunk_size=16, vocab_size=300,
-                n_groups=1)
+    cfg = (dict(hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16, state_size=8, chunk_size=16,
+                vocab_size=300, n_groups=1)
            if smoke else dict(hidden_size=768, num_hidden_layers=24, num_heads=24, head_dim=64, state_size=128,
                               chunk_size=256, vocab_size=32768, n_groups=1))
     torch.manual_seed(0)

@@ -532,6 +532,7 @@ def percentiles(seconds: list[float]) -> dict[str, float | None]:
 
 def load_embedder(model: str, threads: int):
     import torch
+
     from recemb.core import Embedder
 
     torch.set_num_threads(threads)
@@ -1330,9 +1331,8 @@ def main(argv=None) -> int:
             if getattr(args, key) == getattr(defaults, key):
                 setattr(args, key, value)
         args.million_queries = min(args.million_queries, QUICK["queries"])
-    from recemb.core import DEFAULT_MODEL
-
     import recemb_integrations.stores.edge as edge
+    from recemb.core import DEFAULT_MODEL
 
     args.model = args.model or DEFAULT_MODEL
     if args.hnsw_ef is None:

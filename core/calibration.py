@@ -22,11 +22,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from recemb.core.architectures.mamba2 import Mamba2Encoder
 from recemb.core.context_extension import ContextExtension, DeltaControl, apply_delta_control, resolve_mode
 from recemb.core.encoder import ChunkRun
-from recemb.core.model import Mamba2Encoder
 from recemb.core.vertical import encode_vertical
 from recemb.kernels import prepare_dt
+
+__all__ = ["TARGET_MULTIPLES", "calibrate", "calibrate_longmamba", "calibrate_mambaextend", "default_target_lengths",
+           "passage_mean_targets", "record_delta"]
 
 TARGET_MULTIPLES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import torch
 
+__all__ = ["ARTIFACT_FILE", "ContextExtension", "DeltaControl", "MODES", "SCALE_FLOOR", "apply_delta_control",
+    "resolve_mode"]
+
 ARTIFACT_FILE = "context_extension.json"
 SCALE_FLOOR = 0.01  # MambaExtend's only clamp on the calibrated scales
 MODES = ("auto", "off", "mambaextend", "longmamba", "both")  # what a caller may ask for

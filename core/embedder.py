@@ -11,13 +11,15 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from recemb.core.loading import load_pretrained
 from recemb.core.encoder import RecurrentEncoder, check_context_extension
+from recemb.core.loading import load_pretrained
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
 from recemb.core.tokenizer import TextTokenizer
 from recemb.core.vertical import VerticalStream, encode_vertical, pad_right, pool_last_token
 from recemb.kernels import BACKENDS
+
+__all__ = ["Embedder", "PROGRESS_MIN_TOKENS", "STREAM_MIN_CHARS"]
 
 PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
 # Texts longer than this are tokenized in windows and embedded as a stream, one at a time: the ids of a whole

@@ -1,8 +1,8 @@
 """What the vertical engine needs of a recurrent model: the protocol every architecture implements.
 
 The vertical loop (``core/vertical.py``), ``Embedder``, the exporters and the integrations use only this; none of
-them imports an architecture's own classes. An architecture (Mamba2 in ``core/model.py``, xLSTM in
-``core/xlstm.py``, RWKV-7 in ``core/rwkv7.py``) subclasses ``RecurrentEncoder`` and provides:
+them imports an architecture's own classes. An architecture (a package under ``core/architectures/``: Mamba2,
+xLSTM, RWKV-7) subclasses ``RecurrentEncoder`` and provides:
 
 - ``forward_chunk(input_ids (b, l), states, run) -> (h (b, l, d), states)``: embed the ids and run the chunk
   through every layer; ``states`` is one state object per layer before the chunk (None: the start of the
@@ -12,8 +12,8 @@ them imports an architecture's own classes. An architecture (Mamba2 in ``core/mo
 - ``config`` with ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``pad_token_id``, ``chunk_size`` (the
   chunk length of its chunk-parallel form, which also sets the default V for batches), ``model_type``, and
   ``to_dict()`` (what ``save`` writes as config.json; collections fingerprint the model by it).
-- ``save(folder)``: the architecture's own checkpoint format (config.json + model.safetensors), which its loader
-  reads back.
+- ``save(folder, safe_serialization=True)``: the architecture's own checkpoint format (config.json +
+  model.safetensors, or pytorch_model.bin), which its loader reads back.
 
 Context extension (MambaExtend, LongMamba) is Mamba2's alone: ``delta_controls`` returns None for every other
 architecture and ``context_extension`` stays None.
@@ -28,6 +28,8 @@ import torch.nn as nn
 
 from recemb.core.context_extension import MODES, resolve_mode
 from recemb.kernels.workspace import Workspace
+
+__all__ = ["ChunkRun", "RecurrentEncoder", "check_context_extension"]
 
 
 @dataclass
@@ -137,5 +139,5 @@ class RecurrentEncoder(nn.Module):
         h, _ = self.forward_chunk(input_ids, None, ChunkRun(backend=backend, chunk_size=chunk_size))
         return self.final_norm(h)
 
-    def save(self, folder) -> None:
+    def save(self, folder, safe_serialization: bool = True) -> None:
         raise NotImplementedError

@@ -1,5 +1,5 @@
-"""Reading and writing checkpoint files: shared by every architecture's loader (``loading.py``, ``xlstm.py``,
-``rwkv7.py``)."""
+"""Reading and writing checkpoint files: shared by every architecture's loader and ``save``
+(``core/architectures/<name>/``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from pathlib import Path
 import torch
 
 from recemb.core.errors import CheckpointError, ConfigError
+
+__all__ = ["HF_WEIGHT_FILES", "MODEL_FOLDER_MARKERS", "check_model_destination", "check_tensor_names",
+           "checkpoint_dtype", "default_dtype", "read_json", "read_weight_file", "read_weights", "write_checkpoint"]
 
 
 def read_weight_file(path: Path) -> dict[str, torch.Tensor]:

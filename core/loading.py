@@ -1,11 +1,9 @@
-"""Everything that touches disk or the hub: model folders, configs, weights.
+"""Everything that touches disk or the hub: model folders, their architecture, the weights' dtype.
 
-Formats read:
-- transformers Mamba2: ``config.json`` with ``model_type: "mamba2"``; ``model.safetensors`` (or sharded with
-  ``model.safetensors.index.json``) or ``pytorch_model.bin`` (or sharded with its index). recemb's
-  sentence-transformers export is this format plus sentence-transformers files.
-- mamba_ssm: ``config.json`` with ``ssm_cfg`` (``layer: "Mamba2"``) and ``pytorch_model.bin``.
-- mistral_inference (Mamba-Codestral-7B native): ``params.json`` and ``consolidated.safetensors``.
+Which architecture a folder holds, and how it is read, is the registry's (``recemb.core.architectures``): each
+architecture's package detects and loads its own formats. Here: resolving names (a folder, a bundled model, a hub
+id), the device and dtype, and what loading does the same for every architecture (dtype="auto", mixed precision and
+int8 on the CPU where the architecture has them).
 """
 
 from __future__ import annotations
@@ -17,40 +15,17 @@ from pathlib import Path
 
 import torch
 
-from recemb.core.config import Mamba2Config
-from recemb.core.errors import CheckpointError, ConfigError
-from recemb.core.files import (
-    check_tensor_names,
-    checkpoint_dtype,
-    default_dtype,
-    read_json,
-    HF_WEIGHT_FILES,
-    read_weights,
-    write_checkpoint,
-)
-from recemb.core.context_extension import ContextExtension
+from recemb.core.architectures import FORMATS_HELP
+from recemb.core.architectures import detect as detect_folder
 from recemb.core.encoder import RecurrentEncoder
-from recemb.core.model import Mamba2Encoder
+from recemb.core.errors import CheckpointError, ConfigError
 from recemb.core.precision import LOW_PRECISION, auto_dtype, check_quantize, check_saveable, quantize_int8
 from recemb.core.tokenizer import TextTokenizer
 
-# Architectures besides Mamba2 (which loads here). Each module has detect(folder) -> format name or None and
-# load(folder, format, device, dtype) -> its RecurrentEncoder.
-OTHER_ARCHITECTURES = ("recemb.core.xlstm", "recemb.core.rwkv7")
-FORMATS_HELP = (
-    "recemb reads Mamba2, xLSTM and RWKV-7: transformers Mamba2 (config.json with model_type 'mamba2' + "
-    "model.safetensors, a sharded model.safetensors.index.json, or pytorch_model.bin), mamba_ssm (config.json "
-    "with ssm_cfg + pytorch_model.bin), mistral_inference (params.json + consolidated.safetensors); xLSTM as "
-    "transformers' (config.json with model_type 'xlstm') or the xlstm package's (config.yaml + "
-    "model_N.safetensors); RWKV-7 as the rwkv package's .pth or flash-linear-attention's format (model_type "
-    "'rwkv7')"
-)
-WEIGHT_FILES = {
-    "transformers": HF_WEIGHT_FILES,
-    "mamba_ssm": ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.safetensors",
-                  "model.safetensors.index.json"),
-    "codestral": ("consolidated.safetensors",),
-}
+__all__ = ["BUNDLED_MODELS_DIR", "CheckpointError", "ConfigError", "DEFAULT_MODEL", "FORMATS_HELP",
+           "bundled_model_path", "detect_architecture", "hub_offline", "load_encoder", "load_pretrained",
+           "resolve_device", "resolve_dtype", "resolve_model_path", "save_encoder"]
+
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # Models shipped inside the package (trained by this project, see tools/mini_model in the repository).
@@ -156,60 +131,6 @@ def load_pretrained(
     return model, TextTokenizer.from_folder(folder, eos_token_id=eos_token_id)
 
 
-def detect_format(folder: Path) -> str:
-    """``"transformers"``, ``"mamba_ssm"`` or ``"codestral"``; a clear error otherwise."""
-    config_path = folder / "config.json"
-    if config_path.is_file():
-        d = read_json(config_path, FORMATS_HELP)
-        if d.get("model_type") == "mamba2":
-            return "transformers"
-        if "ssm_cfg" in d:
-            return "mamba_ssm"
-        raise ConfigError(
-            f"{config_path}: model_type {d.get('model_type')!r} is not an architecture recemb runs (mamba2, "
-            f"xlstm, rwkv7; or a mamba_ssm config with ssm_cfg). {FORMATS_HELP}"
-        )
-    if (folder / "params.json").is_file():
-        return "codestral"
-    raise FileNotFoundError(f"{folder} has no config.json or params.json. {FORMATS_HELP}")
-
-
-def read_config(folder: Path, fmt: str | None = None) -> Mamba2Config:
-    fmt = fmt or detect_format(folder)
-    if fmt == "transformers":
-        return Mamba2Config.from_transformers_dict(read_json(folder / "config.json", FORMATS_HELP))
-    if fmt == "mamba_ssm":
-        return Mamba2Config.from_mamba_ssm_dict(read_json(folder / "config.json", FORMATS_HELP))
-    if fmt == "codestral":
-        return Mamba2Config.from_codestral_params(read_json(folder / "params.json", FORMATS_HELP))
-    raise ValueError(f"unknown format {fmt!r}")
-
-
-def read_state_dict(folder: Path, fmt: str) -> dict[str, torch.Tensor]:
-    """Raw tensors from the first weight file of ``fmt`` present in ``folder`` (on the CPU)."""
-    return read_weights(folder, WEIGHT_FILES[fmt], f"a {fmt} config", FORMATS_HELP)
-
-
-def to_encoder_keys(state: dict[str, torch.Tensor], config: Mamba2Config) -> dict[str, torch.Tensor]:
-    """Map any supported naming onto ``Mamba2Encoder`` keys (= transformers ``Mamba2Model``); drop the LM head."""
-    out: dict[str, torch.Tensor] = {}
-    lm_head = None
-    for key, tensor in state.items():
-        if key.startswith("model."):  # mistral_inference consolidated.safetensors
-            key = key[len("model."):]
-        if key.startswith("lm_head."):
-            lm_head = tensor
-            continue
-        if key.startswith("backbone."):
-            key = key[len("backbone."):]
-        if key.startswith("embedding."):  # mamba_ssm's singular name
-            key = "embeddings." + key[len("embedding."):]
-        out[key] = tensor
-    if "embeddings.weight" not in out and lm_head is not None and config.tie_word_embeddings:
-        out["embeddings.weight"] = lm_head  # a tied checkpoint saved under the head's name
-    return out
-
-
 def load_encoder(
     folder: str | os.PathLike,
     device: str | torch.device,
@@ -231,12 +152,12 @@ def load_encoder(
     if quantize is not None and device.type != "cpu":  # refused before the weights are read
         raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantised kernels); device is "
                          f"{device}")
-    architecture, fmt = detect_architecture(folder)
+    arch, fmt = detect_folder(folder)
     if dtype == "auto":
-        dtype = auto_dtype(device, supports_mixed=architecture == "mamba2")
-    if architecture == "mamba2":
+        dtype = auto_dtype(device, supports_mixed=arch.cpu_mixed_precision)
+    if arch.cpu_mixed_precision:
         mixed = device.type == "cpu" and dtype in LOW_PRECISION
-        model = load_mamba2(folder, device, torch.float32 if mixed or quantize else dtype)
+        model = arch.load(folder, fmt, device, torch.float32 if mixed or quantize else dtype)
         if mixed or quantize is not None:
             model.keep_weight_samples()  # the checkpoint's identity, before bf16 or int8 change the weights
         if quantize is not None:  # from fp32 weights: in_proj to int8
@@ -244,7 +165,7 @@ def load_encoder(
         if mixed:  # then what is left of the projections to bf16
             model.to_mixed_precision(dtype)
     else:
-        model = importlib.import_module(f"recemb.core.{architecture}").load(folder, fmt, device, dtype)
+        model = arch.load(folder, fmt, device, dtype)
         model.requires_grad_(False)
         model.eval()
         if quantize is not None:
@@ -254,69 +175,15 @@ def load_encoder(
 
 def detect_architecture(folder: str | os.PathLike) -> tuple[str, str]:
     """(architecture, format) of a model folder: ("mamba2", "transformers" | "mamba_ssm" | "codestral"),
-    ("xlstm", ...) or ("rwkv7", ...); a clear error for anything else."""
-    folder = Path(folder)
-    for name in OTHER_ARCHITECTURES:
-        fmt = importlib.import_module(name).detect(folder)
-        if fmt is not None:
-            return name.rsplit(".", 1)[-1], fmt
-    return "mamba2", detect_format(folder)
+    ("xlstm", "transformers" | "xlstm") or ("rwkv7", "fla" | "rwkv_pth"); a clear error for anything else. The
+    architecture's descriptor is ``recemb.core.architectures.architecture(name)``."""
+    arch, fmt = detect_folder(folder)
+    return arch.name, fmt
 
 
-def load_mamba2(
-    folder: str | os.PathLike,
-    device: str | torch.device,
-    dtype: torch.dtype | None = None,
-) -> Mamba2Encoder:
-    """Build a ``Mamba2Encoder`` from a model folder in any Mamba2 format, with the folder's calibrated
-    context-extension artifacts attached (``context_extension.json``; which methods run is each caller's
-    choice).
-
-    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere.
-    """
-    folder = Path(folder)
-    device = torch.device(device)
-    fmt = detect_format(folder)
-    config = read_config(folder, fmt)
-    state = to_encoder_keys(read_state_dict(folder, fmt), config)
-    dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
-    with torch.device("meta"):
-        model = Mamba2Encoder(config)
-    check_state_dict(model, state, folder)
-    state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}
-    model.load_state_dict(state, strict=True, assign=True)
-    model.requires_grad_(False)
-    extension = ContextExtension.load(folder)
-    if extension is not None:
-        extension.check(config.num_hidden_layers, config.num_heads)
-        model.context_extension = extension
-    return model.eval()
-
-
-
-def check_state_dict(model: Mamba2Encoder, state: dict[str, torch.Tensor], source: Path | str) -> None:
-    """Every expected tensor present with the shape the config implies; nothing unexpected."""
-    expected = model.state_dict()
-    check_tensor_names(expected, state, source, "(hybrid or MLP checkpoints are not supported)")
-    c = model.config
-    for key, ref in expected.items():
-        got = tuple(state[key].shape)
-        if got != tuple(ref.shape):
-            hint = ""
-            if key.endswith("in_proj.weight"):
-                hint = f" ({c.describe_in_proj()}; check n_groups and state_size)"
-            elif key.endswith("conv1d.weight"):
-                hint = f" (conv rows = I + 2*g*n = {c.intermediate_size} + 2*{c.n_groups}*{c.state_size})"
-            raise CheckpointError(
-                f"{source}: tensor {key!r} has shape {got}, but the config implies {tuple(ref.shape)}{hint}"
-            )
-
-
-def save_encoder(model: Mamba2Encoder, folder: str | os.PathLike, safe_serialization: bool = True) -> None:
-    """Write ``config.json`` + ``model.safetensors`` (or ``pytorch_model.bin``) in transformers' Mamba2Model
-    naming."""
+def save_encoder(model: RecurrentEncoder, folder: str | os.PathLike, safe_serialization: bool = True) -> None:
+    """Write ``model`` in its architecture's own format (its descriptor's ``save_format``; Mamba2: config.json +
+    model.safetensors in transformers' Mamba2Model naming), which ``load_encoder`` reads back; ``pytorch_model.bin``
+    instead with ``safe_serialization=False``. An int8-quantised model is refused."""
     check_saveable(model)
-    write_checkpoint(folder, model.config.to_transformers_dict(), model.state_dict(), "torch_dtype",
-                     model.embeddings.weight.dtype, safetensors=safe_serialization)
-
-
+    model.save(folder, safe_serialization=safe_serialization)

@@ -26,6 +26,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+__all__ = ["LOW_PRECISION", "QUANTIZE_MODES", "auto_dtype", "check_quantize", "check_saveable", "cpu_has_native_bf16",
+    "is_quantized", "quantize_int8"]
+
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 QUANTIZE_MODES = (None, "int8")
 

@@ -6,6 +6,8 @@ reference/checkpoints-and-context-extension.md §5), keyed by MTEB task name.
 
 from __future__ import annotations
 
+__all__ = ["DEFAULT_INSTRUCTION", "QUERY_TEMPLATE", "TASK_INSTRUCTIONS", "query_prompt", "resolve_instruction"]
+
 QUERY_TEMPLATE = "Instruct: {instruction}\nQuery: "
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"

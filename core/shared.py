@@ -18,6 +18,8 @@ from recemb.core.loading import load_pretrained, resolve_device, resolve_dtype
 from recemb.core.options import split_options
 from recemb.core.tokenizer import TextTokenizer
 
+__all__ = ["clear_shared", "shared_embedder"]
+
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, tuple[RecurrentEncoder, TextTokenizer | None]] = {}
 

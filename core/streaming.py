@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+__all__ = ["TokenStream", "TokenizationError"]
+
 
 class TokenizationError(RuntimeError):
     """The tokenizer failed on a text (raised from inside a stream, so callers can tell it from model errors)."""

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+__all__ = ["STREAM_MAX_PIECE_CHARS", "TextTokenizer"]
+
 # Character-local normalizers: each character is mapped alone (the NF* forms also compose and reorder, but
 # never across a U+0020: combining class 0, composes with nothing), and U+0020 stays U+0020. The flag:
 # besides, no character is dropped and no non-space becomes something ending in whitespace (checked over every

@@ -17,6 +17,9 @@ from recemb.core.context_extension import resolve_mode
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.kernels.workspace import Workspace
 
+__all__ = ["VerticalStream", "default_vertical_chunk_size", "encode_vertical", "flush_denormals",
+    "flushing_denormals", "pad_right", "pool_last_token"]
+
 
 def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids (b, T) and lengths (b,) of token-id lists, the input ``encode_vertical`` takes."""

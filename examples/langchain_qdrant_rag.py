@@ -10,8 +10,8 @@ from pathlib import Path
 
 from langchain_qdrant import QdrantVectorStore, RetrievalMode
 from qdrant_client import models
-from recemb.core import DEFAULT_MODEL
 
+from recemb.core import DEFAULT_MODEL
 from recemb_integrations.langchain import RecEmbEmbeddings
 from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
 

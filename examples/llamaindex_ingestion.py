@@ -14,8 +14,8 @@ from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient, models
-from recemb.core import DEFAULT_MODEL
 
+from recemb.core import DEFAULT_MODEL
 from recemb_integrations.llama_index import RecEmbEmbedding, bm25_sparse_fns
 
 Settings.llm = None

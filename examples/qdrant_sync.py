@@ -3,15 +3,21 @@
     python3 examples/qdrant_sync.py [--model PATH_OR_ID]
 
 Runs the real `recemb sync` / `recemb search` commands with the bundled default model, recemb-mamba2-mini
-(distilled here from all-MiniLM-L6-v2; no download), hybrid (dense + BM25) with passages as evidence. Run it twice: the second sync embeds nothing, because no
-document changed.
+(distilled here from all-MiniLM-L6-v2; no download), hybrid (dense + BM25) with passages as evidence. Then the same
+folder sync in Python (`folder_sources` + `QdrantSync`) into a second collection, which holds the same documents.
+Run it twice: the second run embeds nothing, because no document changed.
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from recemb.core import DEFAULT_MODEL, Embedder
 from recemb_integrations.cli import main as recemb
+from recemb_integrations.qdrant import QdrantSync
+from recemb_integrations.sources import FILE_METADATA_INDEXES, folder_sources
+from recemb_integrations.stores import open_store
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE.parent / ".recemb-demo"  # ignored by git
@@ -19,6 +25,14 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", help="a recemb / Mamba2 model folder or Hugging Face id (default: recemb-mamba2-mini)")
 args = parser.parse_args()
 
+
+def stored_documents(store, collection: str) -> dict[str, str]:
+    """Document id -> content hash, from the documents' own points (passages have points of their own)."""
+    points, _ = store.scroll(collection, limit=10_000, with_payload=["document_id", "kind", "content_hash"])
+    return {p.payload["document_id"]: p.payload["content_hash"] for p in points if p.payload["kind"] == "document"}
+
+
+# ---------------------------------------------------------------------- through the command
 common = ["--qdrant-path", str(WORK / "store"), "--collection", "examples"]
 if args.model:
     common += ["--model", args.model]
@@ -29,4 +43,21 @@ code = recemb(["sync", str(HERE / "documents"), "--store-text", "--passage-token
 for query in ("how does memory stay constant for long inputs?", "when are tides strongest?"):
     print(f"\n$ recemb search {query!r}")
     code = recemb(["search", query, "--limit", "3", *common]) or code
-sys.exit(code)
+
+# ---------------------------------------------------------------------- the same folder sync in Python
+print("\n$ python: folder_sources(['examples/documents']) + QdrantSync(...).sync(found.sources, scope=found.scope)")
+found = folder_sources([HERE / "documents"])  # ids relative to the folder, as the command gives them
+print(f"found {len(found.files)} files: {', '.join(found.ids)}; missing {len(found.missing)}, skipped "
+      f"{len(found.skipped)}")
+embedder = Embedder.from_pretrained(args.model or os.environ.get("RECEMB_MODEL") or DEFAULT_MODEL)
+with open_store(path=WORK / "store") as store:
+    sync = QdrantSync(store, "examples-python", embedder, store_text=True, passage_tokens=64, passage_overlap=16,
+                      index_metadata=FILE_METADATA_INDEXES)  # the settings of the command above
+    report = sync.sync(found.sources, scope=found.scope)
+    print(f"examples-python: {report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
+          f"{report.deleted} deleted, {len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded)")
+    same = stored_documents(store, "examples") == stored_documents(store, "examples-python")
+    hits = sync.search("when are tides strongest?", limit=3)
+print("the same documents (ids and content hashes) as the command's collection:", same)
+print("search 'when are tides strongest?':", ", ".join(f"{h.document_id} {h.score:.4f}" for h in hits))
+sys.exit(code or (0 if same and not report.failed else 1))

@@ -3,8 +3,9 @@
     python3 examples/sentence_transformers_quickstart.py
 """
 
-from recemb.core.loading import DEFAULT_MODEL, bundled_model_path
 from sentence_transformers import SentenceTransformer
+
+from recemb.core.loading import DEFAULT_MODEL, bundled_model_path
 
 corpus = [
     "Mamba2 is a state space model whose recurrent state has a fixed size.",

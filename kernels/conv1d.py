@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from recemb.kernels._backend import resolve_backend
 from recemb.kernels.workspace import Workspace, scratch
 
+__all__ = ["causal_conv1d", "causal_conv1d_torch"]
+
 
 def causal_conv1d_torch(
     x: torch.Tensor,
@@ -57,7 +59,7 @@ def causal_conv1d_torch(
     w = weight.to(cdt).t().contiguous()
     if x.dtype != cdt and not torch.is_grad_enabled():
         # A bf16 x (a mixed-precision model's in_proj output) converted once: mixed-dtype addcmul_ below would
-        # convert it again per tap (measured: a fifth of a bf16 encode went to such copies).
+        # convert it again per tap (docs/benchmarks.md, "Measured facts the code relies on").
         x = scratch(workspace, "conv_in", (b, l, d), x, dtype=cdt).copy_(x)
     # Shift-and-add over the k taps, y[t] = sum_j w[j] * full[t + j] with full = cat(history, x), read from x and
     # history directly: on the CPU this beats a depthwise F.conv1d on the transposed (b, d, l), and skipping the

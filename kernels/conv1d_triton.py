@@ -27,6 +27,8 @@ from recemb.kernels._triton_utils import (
     same_device,
 )
 
+__all__ = ["causal_conv1d_triton"]
+
 _CONFIGS = pick_configs(
     [
         triton.Config({"BLOCK_SIZE_L": bl, "BLOCK_SIZE_D": bd}, num_warps=w)

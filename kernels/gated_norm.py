@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from recemb.kernels._backend import resolve_backend
 
+__all__ = ["gated_rms_norm", "gated_rms_norm_torch"]
+
 
 def _check_group_size(d: int, group_size: int) -> None:
     if d % group_size != 0:

@@ -27,6 +27,8 @@ from recemb.kernels._triton_utils import (
 )
 from recemb.kernels.gated_norm import _check_group_size
 
+__all__ = ["gated_rms_norm_triton"]
+
 # Largest group held in one block (fp32 registers spread over the warps); mamba2 groups are <= 8192 channels.
 _MAX_BLOCK_SIZE_N = 65536
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+__all__ = ["causal_conv1d_ref", "gated_rms_norm_ref"]
+
 
 def causal_conv1d_ref(
     x: torch.Tensor,

@@ -16,6 +16,8 @@ import math
 
 import torch
 
+__all__ = ["Workspace", "scratch"]
+
 
 class Workspace:
     """Named scratch buffers, grown on demand and never shrunk (dropped with the workspace)."""

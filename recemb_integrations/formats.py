@@ -35,6 +35,9 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+__all__ = ["DOCUMENT_SUFFIXES", "ExtractionError", "FORMAT_SUFFIXES", "TEXT_SUFFIXES", "extract_text",
+    "extractor_available", "metadata_for"]
+
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 FORMAT_SUFFIXES: dict[str, str] = {
     ".pdf": "PDF",

@@ -12,6 +12,8 @@ from typing import Any
 
 from recemb_integrations._imports import require
 
+__all__ = ["RecEmbEmbeddings"]
+
 _embeddings = require("langchain_core.embeddings", "langchain")
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402 (langchain-core depends on pydantic 2)
 
@@ -57,7 +59,8 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
         return self._embedder.encode_documents(list(texts), **self.encode_kwargs).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        return self._embedder.encode_queries([text], instruction=self.query_instruction, **self.encode_kwargs)[0].tolist()
+        vectors = self._embedder.encode_queries([text], instruction=self.query_instruction, **self.encode_kwargs)
+        return vectors[0].tolist()
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         return await asyncio.to_thread(self.embed_documents, texts)  # torch releases the GIL: the loop stays free

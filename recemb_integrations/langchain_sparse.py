@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from recemb_integrations._imports import require
 
+__all__ = ["RecEmbBm25SparseEmbeddings"]
+
 _langchain_qdrant = require("langchain_qdrant", "langchain-qdrant")
 from recemb_integrations.sparse import Bm25  # noqa: E402
 

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from recemb_integrations._imports import require
 
+__all__ = ["RecEmbEmbedding", "SparseEncoding", "bm25_sparse_fns"]
+
 _base = require("llama_index.core.base.embeddings.base", "llama-index")
 _pydantic = require("llama_index.core.bridge.pydantic", "llama-index")
 

@@ -17,21 +17,23 @@ The sync (``RayExecutor``): the plan (which documents are new, changed, unchange
 ids and content hashes only, as in a local sync. The documents to embed go to the actors, which read their texts
 (a ``DocumentSource`` is read where the actor runs: files must be on a shared filesystem), tokenize, embed the
 documents and their passages, and build the points with their BM25 vectors, exactly as the local sync's second
-pass does: it is the same code (``QdrantSync.embed_and_write``), writing to a store that records the writes
-instead of sending them. The driver replays each batch's writes in their order, so each document's passages still
-land before the document point that carries its hash, point ids are the same uuid5s, and the deletes of gone
-documents run on the driver at the end: a driver killed at any point and run again converges, nothing lost and
-nothing duplicated. The driver is the single writer, whatever the store (an embedded store can have no other).
+pass does: it is the same code (``recemb_integrations.qdrant.DocumentWriter``), whose writes are data (upserts
+and deletes) that the actor returns instead of sending. The driver sends each batch's writes in their order, so
+each document's passages still land before the document point that carries its hash, point ids are the same
+uuid5s, and the deletes of gone documents run on the driver at the end: a driver killed at any point and run
+again converges, nothing lost and nothing duplicated. The driver is the single writer, whatever the store (an
+embedded store can have no other).
 """
 
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from recemb_integrations._imports import require
+
+__all__ = ["DEFAULT_BATCH_SIZE", "KINDS", "MAX_BLOCKS", "RayExecutor", "embed_dataset"]
 
 ray = require("ray", "ray")
 require("ray.data", "ray")
@@ -166,74 +168,43 @@ def embed_dataset(
 
 
 # --------------------------------------------------------------------------------------------- sync
-@dataclass
-class _Write:
-    """One store call of a sync's second pass, recorded on an actor and replayed by the driver."""
-
-    method: str  # "upsert" or "delete"
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-
-
-class _RecordingStore:
-    """What an actor's QdrantSync writes to: the writes, kept in order. The second pass only writes (upsert and
-    delete); anything else it would ask is a bug, not something to answer from an empty store."""
-
-    kind = "recording"
-    location = "(recorded on a Ray actor, written by the driver)"
-    threshold_points = None
-
-    def __init__(self):
-        self.writes: list[_Write] = []
-
-    def collection_info(self, collection):  # also marks this as a store for ``as_store``
-        raise RuntimeError("a Ray actor's sync records writes only; the driver checks the collection")
-
-    def upsert(self, collection: str, points) -> None:
-        self.writes.append(_Write("upsert", (collection, list(points))))
-
-    def delete(self, collection: str, filter) -> None:
-        self.writes.append(_Write("delete", (collection, filter)))
-
-    def __getattr__(self, name):
-        raise AttributeError(f"a Ray actor's sync records writes only; it asked for store.{name}")
-
-
 class _SyncActor:
-    """An actor of a distributed sync: its own model and a QdrantSync with the driver's settings and the
-    collection's recorded layout (BM25 encoders), writing into a ``_RecordingStore``."""
+    """An actor of a distributed sync: its own model and a ``DocumentWriter`` for the driver's ``WriteJob``; each
+    call returns the batch's writes, in the order they were made, and its outcome."""
 
-    def __init__(self, model: str, model_kwargs: dict[str, Any], settings: dict[str, Any],
-                 recorded: dict[str, Any], fingerprint: str, root: str = ""):
-        from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync
+    def __init__(self, model: str, model_kwargs: dict[str, Any], job):
+        from recemb_integrations.qdrant import CollectionMismatchError, DocumentWriter, model_fingerprint
 
         embedder = _load(model, model_kwargs)
-        self.store = _RecordingStore()
-        settings = dict(settings)
-        self.sync = QdrantSync(self.store, settings.pop("collection"), embedder, **settings)
-        if self.sync.fingerprint != fingerprint:
+        fingerprint = model_fingerprint(embedder)
+        if fingerprint != job.fingerprint:
             raise CollectionMismatchError(
-                f"the Ray actors loaded {model!r} (fingerprint {self.sync.fingerprint}), which is not the driver's "
-                f"model (fingerprint {fingerprint}); give RayExecutor the same model")
-        self.sync._adopt_layout(recorded)
-        self.sync._verified = True
-        self.root = root
+                f"the Ray actors loaded {model!r} (fingerprint {fingerprint}), which is not the driver's "
+                f"model (fingerprint {job.fingerprint}); give RayExecutor the same model")
+        self.writes: list = []
+        self.writer = DocumentWriter(embedder, job, self.writes.append)
 
     def __call__(self, batch):
-        from recemb_integrations.qdrant import SyncReport
+        from recemb_integrations.qdrant import WriteOutcome
 
         tasks = [pickle.loads(t) for t in batch["task"]]
-        report, finished = SyncReport(), []
-        self.store.writes = []
-        self.sync.embed_and_write(tasks, report, lambda doc, action: finished.append((doc.id, action)),
-                                  root=self.root)
-        result = (self.store.writes, report, finished)
-        return {"result": [ray.cloudpickle.dumps(result)]}
+        self.writes.clear()
+        total = WriteOutcome()
+
+        def merge(outcome: WriteOutcome) -> None:
+            total.finished.extend(outcome.finished)
+            total.failed.extend(outcome.failed)
+            total.warnings.extend(outcome.warnings)
+            total.embedded_tokens += outcome.embedded_tokens
+            total.documents += outcome.documents
+
+        self.writer.write(tasks, merge)
+        return {"result": [ray.cloudpickle.dumps((list(self.writes), total))]}
 
 
 class RayExecutor:
     """Runs a sync's embedding on Ray actors (``QdrantSync.sync(..., executor=RayExecutor(...))``,
-    ``recemb sync --ray``).
+    ``recemb sync --ray``): an executor in the sense of ``recemb_integrations.qdrant.Executor``.
 
     Args:
         model: what the actors load (a folder every node can read, or a hub id); default: the sync's embedder's name.
@@ -267,60 +238,48 @@ class RayExecutor:
         self.address, self.concurrency, self.num_gpus, self.num_cpus = address, concurrency, num_gpus, num_cpus
         self.batch_size = batch_size
 
-    def _actor_model(self, sync) -> tuple[str, dict[str, Any]]:
-        emb = sync.embedder
-        model = self.model or emb.name
+    def _actor_model(self, embedder) -> tuple[str, dict[str, Any]]:
+        model = self.model or embedder.name
         if not model:
             raise ValueError("RayExecutor needs the model the actors load: pass model= (the embedder has no name)")
-        kwargs = {"max_length": emb.max_length, "vertical_chunk_size": emb.vertical_chunk_size,
-                  "backend": emb.backend, "chunk_size": emb.chunk_size,
-                  "context_extension": getattr(emb, "_context_extension", "auto")}
+        kwargs = {"max_length": embedder.max_length, "vertical_chunk_size": embedder.vertical_chunk_size,
+                  "backend": embedder.backend, "chunk_size": embedder.chunk_size,
+                  "context_extension": embedder.context_extension}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if Path(model).exists():  # a folder here: the actors' working directory may be another
             model = str(Path(model).absolute())
         return str(model), {**kwargs, **self.model_kwargs}
 
-    def run(self, sync, to_embed: Sequence[tuple[Any, str]], report, done: Callable[[Any, str], None],
-            show_progress_bar: bool = False, root: str = "") -> None:
-        """Embed ``to_embed`` ((entry, action) pairs of the sync's plan) on the actors and write each batch's points
-        from here, in the order the actor recorded them; ``done`` and the report as a local sync has them; ``root``:
-        the sync's root, recorded on every point."""
+    def run(self, job, tasks: Sequence[tuple[Any, str]], embedder, emit: Callable[[Any], None],
+            on_outcome: Callable[[Any], None], show_progress_bar: bool = False) -> None:
+        """Embed ``tasks`` ((entry, action) pairs of the sync's plan) on the actors; pass each batch's writes to
+        ``emit`` here, in the order the actor made them, then its outcome to ``on_outcome``."""
         from tqdm.auto import tqdm
 
-        from recemb_integrations.qdrant import Document, _recorded_metadata
-
-        if not to_embed:
+        if not tasks:
             return
-        model, model_kwargs = self._actor_model(sync)
+        model, model_kwargs = self._actor_model(embedder)
         _ensure_ray(self.address)
         resources = _actor_resources(self.num_gpus, self.num_cpus, self.concurrency)
-        settings = dict(sync.settings(), collection=sync.collection)
-        recorded = _recorded_metadata(sync._call(sync.store.collection_info, sync.collection).metadata,
-                                      sync.collection)
         # Similar lengths travel together (the actors' batches pad less); the order of writes across documents
         # does not matter, only the order within one, which each actor keeps.
-        tasks = sorted(to_embed, key=lambda task: task[0].size)
-        items = [{"task": ray.cloudpickle.dumps(task)} for task in tasks]
-        batch_size = self.batch_size or sync.batch_size
+        ordered = sorted(tasks, key=lambda task: task[0].size)
+        items = [{"task": ray.cloudpickle.dumps(task)} for task in ordered]
+        batch_size = self.batch_size or job.batch_size
         # One block per actor call: Ray Data hands results back a block at a time, so the driver writes (and the
         # bar moves) after every batch rather than after a quarter of the corpus.
         blocks = min(-(-len(items) // batch_size), MAX_BLOCKS)
         ds = ray.data.from_items(items, override_num_blocks=blocks)
         ds = ds.map_batches(_SyncActor, batch_size=batch_size, batch_format="numpy",
-                            fn_constructor_args=(model, model_kwargs, settings, recorded, sync.fingerprint, root),
-                            **resources)
-        with tqdm(total=None, disable=not show_progress_bar, desc=f"Syncing {sync.collection} on Ray",
+                            fn_constructor_args=(model, model_kwargs, job), **resources)
+        with tqdm(total=None, disable=not show_progress_bar, desc=f"Syncing {job.collection} on Ray",
                   unit="tok", unit_scale=True) as bar:
             documents = 0
             for row in ds.iter_rows():
-                writes, part, finished = pickle.loads(row["result"])
+                writes, outcome = pickle.loads(row["result"])
                 for write in writes:  # in the actor's order: passages, stale passages, then the document points
-                    sync._call(getattr(sync.store, write.method), *write.args, **write.kwargs)
-                report.failed.extend(part.failed)
-                report.warnings.extend(part.warnings)
-                report.embedded_tokens += part.embedded_tokens
-                for doc_id, action in finished:
-                    done(Document(doc_id, ""), action)
-                documents += len(finished) + len(part.failed)
-                bar.update(part.embedded_tokens)
-                bar.set_postfix(documents=f"{documents}/{len(tasks)}")
+                    emit(write)
+                on_outcome(outcome)
+                documents += outcome.documents
+                bar.update(outcome.embedded_tokens)
+                bar.set_postfix(documents=f"{documents}/{len(ordered)}")

@@ -21,7 +21,7 @@ from recemb_integrations._imports import require
 
 _st_modules = require("sentence_transformers.base.modules", "sentence-transformers")
 
-from recemb.core import Embedder  # noqa: E402
+from recemb.core import Embedder, architecture  # noqa: E402
 from recemb.core.files import check_model_destination  # noqa: E402
 from recemb.core.loading import hub_offline  # noqa: E402
 from recemb.core.options import HUB_OPTIONS, MODEL_OPTIONS  # noqa: E402
@@ -29,20 +29,15 @@ from recemb.core.precision import check_quantize  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
 from recemb.core.vertical import pad_right  # noqa: E402
 
+__all__ = ["CONFIG_FILE", "MODULE_MODEL_KWARGS", "RecEmbModule", "default_prompts", "export_sentence_transformers",
+           "model_card"]
+
 # model_kwargs: from_pretrained's options except the hub ones, which sentence-transformers passes itself; plus
 # transformers' spelling torch_dtype. (sentence-transformers' own ``backend`` kwarg is its inference
 # framework; ours travels in model_kwargs.)
 MODULE_MODEL_KWARGS = tuple(k for k in MODEL_OPTIONS if k not in HUB_OPTIONS) + ("torch_dtype",)
 
 CONFIG_FILE = "recemb_config.json"  # never config.json: that name is the backbone's config in the same folder
-# What the backbone's config.json + model.safetensors are, per architecture (for the model card).
-BACKBONES = {
-    "mamba2": ("Mamba2", "a transformers `Mamba2Model` checkpoint (`transformers.Mamba2Model.from_pretrained` loads "
-                         "the backbone)"),
-    "xlstm": ("xLSTM", "a transformers `xLSTMModel` checkpoint (`transformers.xLSTMModel.from_pretrained` loads the "
-                       "backbone)"),
-    "rwkv7": ("RWKV-7", "an RWKV-7 checkpoint in flash-linear-attention's format (`fla.models.RWKV7Model`)"),
-}
 
 
 class RecEmbModule(_st_modules.InputModule):
@@ -192,7 +187,7 @@ def export_sentence_transformers(
 
 def model_card(name: str, embedder: Embedder) -> str:
     c = embedder.config
-    architecture, backbone = BACKBONES[c.model_type]
+    arch = architecture(c.model_type)  # its name and what its config.json + model.safetensors are
     tasks = ", ".join(sorted(TASK_INSTRUCTIONS)[:6])
     return f"""---
 library_name: sentence-transformers
@@ -202,7 +197,7 @@ tags: [sentence-transformers, feature-extraction, {c.model_type}, recemb]
 
 # {name}
 
-A {architecture} text embedder packaged by recemb: {c.num_hidden_layers} layers,
+A {arch.display_name} text embedder packaged by recemb: {c.num_hidden_layers} layers,
 hidden size {c.hidden_size}, {embedder.dim}-dimensional embeddings taken at an appended EOS token and
 L2-normalised. Memory stays constant in the input length: the input is processed in vertical chunks of V tokens
 that go through all layers before the next, with every layer's recurrent state carried across chunks.
@@ -248,6 +243,6 @@ noise. Default: 4096 for a single text, 2·chunk_size for batches. `max_seq_leng
 
 ## Files
 
-`config.json` and `model.safetensors` are {backbone}; `recemb_config.json` holds the module settings;
+`config.json` and `model.safetensors` are {arch.backbone}; `recemb_config.json` holds the module settings;
 `modules.json` and `config_sentence_transformers.json` are sentence-transformers' own.
 """

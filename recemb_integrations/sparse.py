@@ -46,6 +46,9 @@ from pathlib import Path
 
 from recemb_integrations._imports import require
 
+__all__ = ["Bm25", "DEFAULT_AVG_LEN", "LANGUAGES", "STOPWORDS_DIR", "SparseVector", "TEXT_WINDOW_CHARS",
+    "load_stopwords", "stopwords_path"]
+
 _mmh3 = require("mmh3", "sparse")
 _stemmers = require("py_rust_stemmers", "sparse")
 

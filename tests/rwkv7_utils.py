@@ -1,6 +1,6 @@
 """RWKV-7 test helpers: tiny random checkpoints in BlinkDL's ``.pth`` naming and in flash-linear-attention's
-Hugging Face format, written independently of ``recemb.core.rwkv7``'s own key mapping, and the ``rwkv``
-package's RWKV-7 as the reference model."""
+Hugging Face format, written independently of ``recemb.core.architectures.rwkv7``'s own key mapping, and the
+``rwkv`` package's RWKV-7 as the reference model."""
 
 from __future__ import annotations
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+__all__ = ["DEFAULT_CHUNK_SIZE", "GATE_DTYPE", "MLSTMState", "mlstm_chunkwise"]
+
 MLSTMState = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # C (b, h, dk, dv), n (b, h, dk), m (b, h)
 
 # The chunk length when the caller gives none: transformers' and the xlstm package's default.

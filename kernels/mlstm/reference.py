@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+__all__ = ["MLSTMStateRef", "mlstm_naive_recurrent", "mlstm_zero_state"]
+
 MLSTMStateRef = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # C (b, h, dk, dv), n (b, h, dk), m (b, h)
 
 

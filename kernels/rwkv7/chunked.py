@@ -44,6 +44,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+__all__ = ["DEFAULT_CHUNK_SIZE", "MAX_CHUNK_DECAY", "rwkv7_chunked"]
+
 # Default chunk length q. Measured on one core (n = 64, fp32, b·h = 4..48 heads, l = 256..4096): q = 32 and 64
 # within noise of each other, q = 16 and 128 slower; 64 is also fla's (GPU) chunk length.
 DEFAULT_CHUNK_SIZE = 64

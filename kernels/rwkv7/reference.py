@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["rwkv7_recurrent_ref"]
+
 
 def rwkv7_recurrent_ref(
     r: torch.Tensor,

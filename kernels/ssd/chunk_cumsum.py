@@ -27,6 +27,8 @@ from recemb.kernels._triton_utils import (
     softplus,
 )
 
+__all__ = ["chunk_cumsum"]
+
 _CONFIGS = pick_configs(
     [triton.Config({"BLOCK_SIZE_H": bh}, num_warps=4) for bh in (1, 2, 4, 8, 16, 32)],
     triton.Config({"BLOCK_SIZE_H": 64}),

@@ -25,9 +25,11 @@ from recemb.kernels._triton_utils import (
     compiler_disable,
     device_guard,
     dot_config,
-    next_power_of_2,
     matmul_configs,
+    next_power_of_2,
 )
+
+__all__ = ["chunk_scan"]
 
 _CONFIGS = matmul_configs(
     [  # (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stages, num_warps)

@@ -26,6 +26,8 @@ from recemb.kernels._triton_utils import (
     matmul_configs,
 )
 
+__all__ = ["chunk_state"]
+
 _CONFIGS = matmul_configs(
     [  # (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, num_stages, num_warps)
         (128, 256, 64, 3, 8),

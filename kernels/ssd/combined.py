@@ -20,6 +20,8 @@ from recemb.kernels._backend import resolve_backend
 from recemb.kernels.ssd.dt import prepare_dt
 from recemb.kernels.workspace import Workspace, scratch
 
+__all__ = ["ssd_chunk_scan", "ssd_chunk_scan_torch"]
+
 
 def _check_shapes(x, dt, A, B, C, D, z, dt_bias, initial_states) -> None:
     if x.dim() != 4:
@@ -134,11 +136,11 @@ def ssd_chunk_scan_torch(
     return y, final_states
 
 
-# Decays on the inference path are cut to exactly 0 below a cutoff, for speed, in two ways measured here (torch
-# 2.13, AVX-512, 2 cores):
-# - exp runs ~0.3 ns per element while its result is a normal number but ~30 ns for arguments below
-#   log(smallest normal) (-87.34 in fp32), with or without flush-to-zero, and ~2 ns for -inf;
-# - a tiny decay times an input is a denormal, and the matmuls that read such products ran 5x slower: flush-to-zero
+# Decays on the inference path are cut to exactly 0 below a cutoff, for speed, in two ways (the timings are in
+# docs/benchmarks.md, "Measured facts the code relies on"):
+# - exp is many times slower for arguments below log(smallest normal) (-87.34 in fp32) than for normal results,
+#   with or without flush-to-zero, and fast again for -inf;
+# - a tiny decay times an input is a denormal, and the matmuls that read such products run slower: flush-to-zero
 #   (encode_vertical) is set on the calling thread only, not on the OpenMP workers that share the work.
 # In fp32 the cutoff is 2^-100: such a term is 2^-76 below the chunk's own unit-decay term, beyond fp32's 2^-24
 # resolution, and its products with inputs down to 2^-26 stay normal. Results equal the uncut ones to the bit in

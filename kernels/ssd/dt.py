@@ -1,5 +1,6 @@
-"""The effective SSD step size, shared by the model (``recemb.core.mixer``, ``recemb.core.calibration``) and
-the torch scan (``recemb.kernels.ssd.combined``); the Triton stage ``chunk_cumsum`` computes it in its kernel.
+"""The effective SSD step size, shared by the model (``recemb.core.architectures.mamba2.mixer``,
+``recemb.core.calibration``) and the torch scan (``recemb.kernels.ssd.combined``); the Triton stage
+``chunk_cumsum`` computes it in its kernel.
 
 Production code, Triton-free; the references use it too (a second copy would add nothing). Tested against the
 formula elementwise in fp64 (``tests/kernels/test_references.py``).
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+__all__ = ["prepare_dt"]
 
 
 def prepare_dt(

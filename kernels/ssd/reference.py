@@ -31,6 +31,9 @@ import torch.nn.functional as F
 # (tests/kernels/test_references.py), not worth a second copy.
 from recemb.kernels.ssd.dt import prepare_dt
 
+__all__ = ["bmm_chunk_ref", "chunk_cumsum_ref", "chunk_scan_ref", "chunk_state_ref", "segsum", "ssd_chunk_scan_ref",
+    "ssd_naive_chunked", "ssd_naive_recurrent", "state_passing_ref"]
+
 
 def ssd_naive_recurrent(
     x: torch.Tensor,

@@ -19,6 +19,8 @@ import triton.language as tl
 
 from recemb.kernels._triton_utils import cdiv, check_grid_yz, compiler_disable, device_guard, pick_configs
 
+__all__ = ["state_passing"]
+
 _CONFIGS = pick_configs(
     [triton.Config({"BLOCK_SIZE": bs}, num_warps=4) for bs in (64, 128, 256, 512, 1024, 2048)],
     triton.Config({"BLOCK_SIZE": 4096}),

@@ -21,6 +21,8 @@ from recemb.kernels.ssd.chunk_scan import _chunk_scan_fwd
 from recemb.kernels.ssd.chunk_state import _chunk_state_fwd
 from recemb.kernels.ssd.state_passing import _state_passing_fwd
 
+__all__ = ["ssd_chunk_scan_triton"]
+
 
 @compiler_disable
 def ssd_chunk_scan_triton(

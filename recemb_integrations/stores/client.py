@@ -15,8 +15,19 @@ from typing import Any
 
 from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
-from recemb_integrations.stores import (DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, CollectionInfo,
-                                        SearchRequest, Store, StoredPoint, StoreError)
+from recemb_integrations.stores import (
+    DENSE_VECTOR,
+    INTEGER,
+    KEYWORD,
+    SPARSE_VECTOR,
+    CollectionInfo,
+    SearchRequest,
+    Store,
+    StoredPoint,
+    StoreError,
+)
+
+__all__ = ["ClientStore", "LOCAL_MODE_LARGE", "open_local"]
 
 models = require("qdrant_client.models", "qdrant")
 

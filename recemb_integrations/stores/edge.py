@@ -41,14 +41,26 @@ from typing import Any
 
 from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
-from recemb_integrations.stores import (DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, CollectionInfo,
-                                        SearchRequest, Store, StoredPoint, StoreError)
+from recemb_integrations.stores import (
+    DENSE_VECTOR,
+    INTEGER,
+    KEYWORD,
+    SPARSE_VECTOR,
+    CollectionInfo,
+    SearchRequest,
+    Store,
+    StoredPoint,
+    StoreError,
+)
+
+__all__ = ["COLLECTION_FILE", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN", "GROUP_FUSE_ALL_BELOW", "HNSW_EF",
+    "OPTIMIZE_AFTER_POINTS", "STORE_FORMAT"]
 
 EDGE_MARKER = "recemb-edge.json"
 STORE_FORMAT = 1
 COLLECTION_FILE = "collection.json"
 OPTIMIZE_AFTER_POINTS = 10_000  # points written since opening that make ``optimize`` build the index
-HNSW_EF = 512  # search-time HNSW beam: at 1M points recall@10 0.961 (256) -> 0.977 (512), p95 6.3 -> 8.0 ms
+HNSW_EF = 512  # search-time HNSW beam: recall against latency per value in docs/benchmarks.md (stores at scale)
 GROUP_FETCH_MIN = 64  # points fetched at least to fill a page of groups
 GROUP_FUSE_ALL_BELOW = 2048  # collections up to this many points fuse all of them in a grouped hybrid search
 # Booleans as stored in payloads (see the module docstring); NUL-led so no real text collides with them.

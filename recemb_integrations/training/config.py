@@ -14,6 +14,8 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+__all__ = ["LORA_DEFAULT_ABOVE", "LOSSES", "TrainingConfig", "add_cli_options", "cli_fields", "from_cli"]
+
 LOSSES = ("infonce", "distill")
 # Full fine-tuning above this many parameters is out of reach of most single machines; LoRA is the default there.
 LORA_DEFAULT_ABOVE = 300_000_000

@@ -8,6 +8,8 @@ from typing import Any
 
 from recemb_integrations._imports import require
 
+__all__ = ["build_dataset", "instructed_anchor", "load_pairs"]
+
 _datasets = require("datasets", "train")
 
 from recemb.core.prompts import query_prompt  # noqa: E402

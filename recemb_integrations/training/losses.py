@@ -10,6 +10,8 @@ from torch import nn
 
 from recemb_integrations._imports import require
 
+__all__ = ["DistillInfoNCELoss", "build_loss", "infonce_logits"]
+
 require("sentence_transformers", "sentence-transformers")
 
 from sentence_transformers.sentence_transformer import losses as st_losses  # noqa: E402

@@ -10,11 +10,13 @@ from torch import nn
 
 from recemb_integrations._imports import require
 
+__all__ = ["apply_lora", "build_model", "merge_lora"]
+
 _st = require("sentence_transformers", "sentence-transformers")
 
-from recemb.core import Embedder  # noqa: E402
 from sentence_transformers.base.modules import Normalize  # noqa: E402
 
+from recemb.core import Embedder  # noqa: E402
 from recemb_integrations.sentence_transformers import RecEmbModule, default_prompts  # noqa: E402
 from recemb_integrations.training.config import LORA_DEFAULT_ABOVE, TrainingConfig  # noqa: E402
 

@@ -14,12 +14,14 @@ import torch
 
 from recemb_integrations._imports import require
 
+__all__ = ["train"]
+
 _st = require("sentence_transformers", "sentence-transformers")
 _datasets = require("datasets", "train")
 
-from recemb.core import Embedder  # noqa: E402
 from sentence_transformers.base import BatchSamplers  # noqa: E402
 
+from recemb.core import Embedder  # noqa: E402
 from recemb_integrations.sentence_transformers import RecEmbModule, model_card  # noqa: E402
 from recemb_integrations.training.config import TrainingConfig  # noqa: E402
 from recemb_integrations.training.data import build_dataset, load_pairs  # noqa: E402
@@ -57,8 +59,8 @@ def train(
         raise ValueError(f"{len(dataset)} training rows is fewer than one batch of {config.batch_size}")
 
     torch.manual_seed(config.seed)
-    # Tiny gradients become denormal floats in backward, and CPUs slow down on them many times over (measured 12x
-    # on a 6-layer student); flushing them to zero changes nothing at this scale.
+    # Tiny gradients become denormal floats in backward, and CPUs slow down on them many times over
+    # (docs/benchmarks.md, "Measured facts the code relies on"); flushing them to zero changes nothing at this scale.
     flush_before = torch.set_flush_denormal(True)
     st_model, used_lora = build_model(model, config, tokenizer)
     loss = build_loss(st_model, config)

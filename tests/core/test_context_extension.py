@@ -4,6 +4,7 @@ artifacts that round-trip, and calibration that does what it says."""
 import numpy as np
 import pytest
 import torch
+
 from recemb.core import Embedder
 from recemb.core.calibration import (
     _window_statistics,
@@ -23,7 +24,6 @@ from recemb.core.encoder import ChunkRun
 from recemb.core.loading import load_encoder
 from recemb.core.vertical import encode_vertical, pool_last_token
 from recemb.kernels import ssd_chunk_scan
-
 from tests.utils import assert_close
 
 H = 4  # heads of the tiny "g1" config

@@ -7,7 +7,8 @@ import shutil
 import pytest
 import torch
 
-from recemb.core import CheckpointError, ConfigError, Embedder, Mamba2Config, load_encoder, save_encoder
+from recemb.core import CheckpointError, ConfigError, Embedder, load_encoder, save_encoder
+from recemb.core.architectures.mamba2 import Mamba2Config
 from tests.utils import (
     assert_close,
     build_tokenizer,

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from recemb.core import Embedder, Mamba2Config, Mamba2Encoder, encode_vertical
+from recemb.core import Embedder, encode_vertical
+from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
 from recemb.core.encoder import ChunkRun
 from tests.utils import TINY_CONFIGS, assert_close, transformers_model
 
@@ -96,6 +97,7 @@ def test_workspace_changes_nothing_chunk_after_chunk(name):
     ids = torch.randint(3, 320, (3, 40))
     ws = Workspace()
     plain_states = ws_states = None
+    kept_copies = []  # the previous chunk's states, copied before the workspace is reused
     with torch.inference_mode():
         for start in range(0, 40, 13):
             chunk = ids[:, start : start + 13]

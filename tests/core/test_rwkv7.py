@@ -1,5 +1,5 @@
-"""RWKV-7 (``recemb.core.rwkv7``) against the ``rwkv`` package and flash-linear-attention's model, both
-checkpoint formats, vertical chunking, save/load, and the loader's errors."""
+"""RWKV-7 (``recemb.core.architectures.rwkv7``) against the ``rwkv`` package and flash-linear-attention's model,
+both checkpoint formats, vertical chunking, save/load, and the loader's errors."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ import shutil
 import pytest
 import torch
 
-from recemb.core import rwkv7
+from recemb.core.architectures import rwkv7
 from recemb.core.encoder import ChunkRun
 from recemb.core.vertical import VerticalStream, encode_vertical, pad_right
-from tests.rwkv7_utils import (TINY_RWKV7, fla_model_torch_only, pth_to_fla, random_pth_state,
-                               rwkv_package_model, save_pth)
+from tests.rwkv7_utils import (
+    TINY_RWKV7,
+    fla_model_torch_only,
+    pth_to_fla,
+    random_pth_state,
+    rwkv_package_model,
+    save_pth,
+)
 from tests.utils import assert_close
 
 VOCAB = TINY_RWKV7["vocab_size"]
@@ -235,7 +241,6 @@ def test_embedder_runs_rwkv7(tmp_path):
     """End to end: an fla-format RWKV-7 folder with a tokenizer loads through ``Embedder.from_pretrained``,
     and any V gives the same embeddings."""
     from recemb.core import Embedder
-
     from tests.utils import build_tokenizer
 
     folder = pth_to_fla(random_pth_state(**{**TINY_RWKV7, "vocab_size": 320}), tmp_path / "model")

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 import torch
+
 from recemb.core import Embedder, clear_shared, load_pretrained, shared_embedder
 from recemb.core.context_extension import ContextExtension
 from recemb.core.options import CALLER_OPTIONS, ENCODE_OPTIONS, LOAD_OPTIONS, MODEL_OPTIONS, split_options
-
 from tests.utils import SAMPLE_TEXT
 
 TEXTS = [SAMPLE_TEXT * 2, "short", SAMPLE_TEXT[:90], ""]

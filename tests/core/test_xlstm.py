@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from recemb.core import xlstm
 from recemb.core import ConfigError
+from recemb.core.architectures import xlstm
 from recemb.core.encoder import ChunkRun
 from recemb.core.vertical import encode_vertical, pad_right
 from tests.utils import assert_close, rel_err

@@ -33,9 +33,9 @@ def opts(tiny_folder, tmp_path, store_kind):
 def no_model(monkeypatch):
     """Fails the test if the model is loaded: the check under test must come first."""
     pytest.importorskip("qdrant_client")
-    from recemb_integrations import cli
+    from recemb_integrations.cli import resources
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before a check that needs no model")
 
-    monkeypatch.setattr(cli, "load_embedder", refuse)
+    monkeypatch.setattr(resources, "load_embedder", refuse)

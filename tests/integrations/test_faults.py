@@ -23,8 +23,8 @@ from qdrant_client import QdrantClient  # noqa: E402
 from qdrant_client import models as qm  # noqa: E402
 
 from recemb.core import Embedder  # noqa: E402
-from recemb_integrations import cli  # noqa: E402
-from recemb_integrations.cli import main  # noqa: E402
+from recemb_integrations import sources  # noqa: E402
+from recemb_integrations.cli import main, resources  # noqa: E402
 from recemb_integrations.qdrant import (  # noqa: E402
     Document,
     MassDeletionError,
@@ -279,7 +279,7 @@ def test_collection_settings_are_checked_before_the_model_loads(tmp_path, opts, 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before a check that needs no model")
 
-    monkeypatch.setattr(cli, "load_embedder", refuse)
+    monkeypatch.setattr(resources, "load_embedder", refuse)
     code, _, err = run(capsys, ["sync", str(corpus), "--passage-tokens", "16", *opts])
     assert code == 2 and "built with --passage-tokens 8, not 16" in err
     code, _, err = run(capsys, ["search", "q", "--collection", "nope", *opts[2:4]])
@@ -328,17 +328,18 @@ RUNNER = textwrap.dedent("""
     # The real `recemb sync` in its own process, reporting the document points it writes (and each delete) to a
     # progress file and pausing after it, so the test can interrupt or kill it at a known point.
     import sys, time
-    import recemb_integrations.qdrant as q
+    import recemb_integrations.qdrant.sync as q_sync
+    import recemb_integrations.qdrant.writer as q_writer
     from recemb_integrations.cli import main
     progress, pause, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-    q.DELETE_BATCH = 4
-    complete = q.QdrantSync._complete
+    q_sync.DELETE_BATCH = 4
+    complete = q_writer.DocumentWriter._complete
     def reporting_complete(self, finished, *a, **k):  # the documents' own points, written together
         complete(self, finished, *a, **k)
         with open(progress, "a") as f:
             f.writelines("wrote " + item[0].id + "\\n" for item in finished)
         time.sleep(pause)
-    q.QdrantSync._complete = reporting_complete
+    q_writer.DocumentWriter._complete = reporting_complete
     class ReportingClient:
         def __init__(self, inner):
             self.inner = inner
@@ -350,12 +351,12 @@ RUNNER = textwrap.dedent("""
                 f.write("deleted\\n")
             time.sleep(pause)
             return result
-    import recemb_integrations.cli as cli
-    real_open = cli.open_qdrant
+    import recemb_integrations.cli.resources as resources
+    real_open = resources.open_qdrant
     def reporting_open(*a, **k):
         client, where = real_open(*a, **k)
         return ReportingClient(client), where
-    cli.open_qdrant = reporting_open
+    resources.open_qdrant = reporting_open
     sys.exit(main(argv))
 """)
 
@@ -450,7 +451,7 @@ def test_two_processes_on_one_store(tmp_path, opts, tiny_folder, capsys, monkeyp
         raise AssertionError("the model was loaded before the store lock was checked")
 
     with monkeypatch.context() as m:
-        m.setattr(cli, "load_embedder", refuse)
+        m.setattr(resources, "load_embedder", refuse)
         code, _, err = run(capsys, argv)
         assert code == 2 and "in use by another process" in err
         code, _, err = run(capsys, ["search", "q", *opts])
@@ -475,7 +476,7 @@ def test_a_folder_that_cannot_be_listed_is_not_an_empty_folder(tmp_path, opts, c
                 kwargs["onerror"](PermissionError(13, "Permission denied", os.path.join(root, "sub")))
             yield root, dirs, names
 
-    monkeypatch.setattr(cli.os, "walk", walk_without_permission)
+    monkeypatch.setattr(sources.os, "walk", walk_without_permission)
     code, _, err = run(capsys, ["sync", str(corpus), *opts])
     assert code == 2 and "cannot list this folder: Permission denied" in err and "nothing synced" in err
     assert stored_ids(tmp_path / "store") == before
@@ -595,7 +596,7 @@ def test_dense_only_collections_and_their_flags(tmp_path, opts, capsys, monkeypa
     (corpus / "doc000.txt").write_text("changed text " * 5)
     code, report, err = run(capsys, ["sync", str(corpus), *opts])  # adopts dense-only, as it adopts passages
     assert code == 0 and report["updated"] == 1, err
-    monkeypatch.setattr(cli, "load_embedder", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    monkeypatch.setattr(resources, "load_embedder", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
     code, _, err = run(capsys, ["search", "q", "--mode", "hybrid", *opts])
     assert code == 2 and "no BM25 vectors" in err and "--rebuild" in err
 

@@ -30,8 +30,7 @@ from recemb_integrations import qdrant as q  # noqa: E402
 from recemb_integrations.cli import main  # noqa: E402
 from recemb_integrations.qdrant import Document, QdrantSync  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.integrations.cli_cases import (assert_store_is, run, spy_on_tokenizer, stored_payloads,  # noqa: E402
-                                          texts_under)
+from tests.integrations.cli_cases import assert_store_is, run, spy_on_tokenizer, stored_payloads, texts_under  # noqa: E402
 
 
 def write(path: Path, text: str) -> Path:
@@ -138,7 +137,7 @@ def test_points_written_before_roots_were_recorded_are_adopted(tmp_path, opts, c
     for name in ("x.md", "y.md", "z.md"):
         write(g / name, f"the text of {name}")
     with monkeypatch.context() as m:
-        m.setattr(q, "ROOT_KEY", "unrecorded")  # as if written by a recemb that had no roots
+        m.setattr(q.points, "ROOT_KEY", "unrecorded")  # as if written by a recemb that had no roots
         assert run(capsys, ["sync", str(g), "--passage-tokens", "8", *opts])[0] == 0
     assert all("root" not in p for p in stored_payloads(store).values())
     (g / "z.md").unlink()

@@ -19,7 +19,6 @@ from tests.integrations.hybrid import (  # noqa: E402
     CORPUS,
     QUERIES,
     assert_no_near_ties,
-    bm25_ranking,
     brute_force_rankings,
     reciprocal_rank_fusion,
 )

@@ -2,8 +2,8 @@
 sync and search."""
 
 import math
-import warnings
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -14,8 +14,6 @@ from qdrant_client import QdrantClient  # noqa: E402
 from qdrant_client import models as qm  # noqa: E402
 
 from recemb.core import Embedder  # noqa: E402
-from recemb_integrations.stores import Store, open_store  # noqa: E402
-from recemb_integrations.stores.client import ClientStore  # noqa: E402
 from recemb_integrations.qdrant import (  # noqa: E402
     CollectionMismatchError,
     Document,
@@ -23,8 +21,9 @@ from recemb_integrations.qdrant import (  # noqa: E402
     content_hash,
     point_id,
 )
-from tests.utils import (  # noqa: E402
-    SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model)
+from recemb_integrations.stores import Store, open_store  # noqa: E402
+from recemb_integrations.stores.client import ClientStore  # noqa: E402
+from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model  # noqa: E402
 
 DOCS = [
     Document("a.txt", "state space models keep a fixed-size state", {"lang": "en", "n": 1}),
@@ -299,7 +298,7 @@ class FlakyClient:
 def test_transient_errors_are_retried_others_are_not(store, embedder):
     flaky = FlakyClient(store, "upsert", failures=2)
     sync = QdrantSync(flaky, "docs", embedder)
-    sync._retry.wait = lambda *a, **k: 0
+    sync.calls.retrying.wait = lambda *a, **k: 0
     assert sync.sync(DOCS).added == 3 and flaky.calls == 3  # the batch's points in one request, tried 3 times
     bad = FlakyClient(store, "upsert", failures=1, status=400)
     with pytest.raises(Exception, match="Service Unavailable"):
@@ -757,9 +756,9 @@ def test_metadata_indexes_are_created_with_the_collection_and_later(store, embed
 
 
 def test_a_batch_closes_at_its_character_budget(store, embedder, monkeypatch):
-    import recemb_integrations.qdrant as qdrant_module
+    import recemb_integrations.qdrant.writer as writer_module
 
-    monkeypatch.setattr(qdrant_module, "BATCH_MAX_CHARS", 100)
+    monkeypatch.setattr(writer_module, "BATCH_MAX_CHARS", 100)
     recording = RecordingClient(store)
     docs = [Document(f"d{i}", "word " * 12) for i in range(6)]  # 60 characters each
     assert QdrantSync(recording, "docs", embedder).sync(docs).added == 6  # batch_size 64 by default

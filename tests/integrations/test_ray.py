@@ -16,12 +16,10 @@ pytest.importorskip("qdrant_client")
 
 from recemb.core import Embedder  # noqa: E402
 from recemb.core.embedder import STREAM_MIN_CHARS  # noqa: E402
-from recemb_integrations.qdrant import (  # noqa: E402
-    CollectionMismatchError, Document, DocumentSource, QdrantSync, content_hash)
+from recemb_integrations.qdrant import CollectionMismatchError, Document, DocumentSource, QdrantSync, content_hash  # noqa: E402
 from recemb_integrations.ray import RayExecutor, embed_dataset  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.utils import (  # noqa: E402
-    SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model)
+from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model  # noqa: E402
 
 SETTINGS = dict(batch_size=3, passage_tokens=48, passage_overlap=8, store_text=True)
 

@@ -11,8 +11,7 @@ from qdrant_client import QdrantClient  # noqa: E402
 from qdrant_client import models as qm  # noqa: E402
 
 from recemb_integrations.sparse import SparseVector  # noqa: E402
-from recemb_integrations.stores import (SearchRequest, StoredPoint, StoreError, detect_store_kind,  # noqa: E402
-                                        open_store)
+from recemb_integrations.stores import SearchRequest, StoredPoint, StoreError, detect_store_kind, open_store  # noqa: E402
 from recemb_integrations.stores.client import ClientStore  # noqa: E402
 
 DIM = 4

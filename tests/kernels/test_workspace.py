@@ -1,6 +1,7 @@
 """Workspace: named scratch buffers handed out again on later calls, grown on demand."""
 
 import torch
+
 from recemb.kernels.workspace import Workspace, scratch
 
 

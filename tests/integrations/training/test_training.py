@@ -8,12 +8,12 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
+from sentence_transformers import SentenceTransformer  # noqa: E402
+
 from recemb.core import Embedder  # noqa: E402
 from recemb.core.loading import load_encoder  # noqa: E402
 from recemb.core.prompts import query_prompt  # noqa: E402
 from recemb.core.vertical import encode_vertical, pad_right, pool_last_token  # noqa: E402
-from sentence_transformers import SentenceTransformer  # noqa: E402
-
 from recemb_integrations.training import (  # noqa: E402
     DistillInfoNCELoss,
     TrainingConfig,

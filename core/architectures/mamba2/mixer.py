@@ -14,17 +14,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from recemb.core.config import Mamba2Config
+from recemb.core.architectures.mamba2.config import Mamba2Config
+from recemb.core.architectures.mamba2.state import LayerState
 from recemb.core.context_extension import apply_delta_control
 from recemb.core.encoder import ChunkRun
-from recemb.core.state import LayerState
-from recemb.kernels import causal_conv1d, gated_rms_norm, resolve_backend, ssd_chunk_scan
-from recemb.kernels import prepare_dt
+from recemb.kernels import causal_conv1d, gated_rms_norm, prepare_dt, resolve_backend, ssd_chunk_scan
 from recemb.kernels.workspace import Workspace
 
+__all__ = ["GatedRMSNorm", "Mamba2Block", "Mamba2Mixer", "RMSNorm", "TORCH_SCAN_CHUNK_SIZE"]
+
 # SSD chunk length for the torch backend. The checkpoint's chunk_size (256) suits GPU kernels; on the CPU the
-# intra-chunk work per token grows with q while the inter-chunk work does not, and q = 64 measured 3.4x faster
-# than 256 per mixer (130M-class layer, 1024 tokens, 2 cores). Results differ only by rounding.
+# intra-chunk work per token grows with q while the inter-chunk work does not, so a shorter q is faster there
+# (measured in docs/benchmarks.md, "What made the torch path fast"). Results differ only by rounding.
 TORCH_SCAN_CHUNK_SIZE = 64
 
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from recemb.core.config import Mamba2Config
+from recemb.core.architectures.mamba2.config import Mamba2Config
+from recemb.core.architectures.mamba2.mixer import Mamba2Block, RMSNorm
+from recemb.core.architectures.mamba2.state import LayerState, ModelState
 from recemb.core.context_extension import ContextExtension, DeltaControl, resolve_mode
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
-from recemb.core.mixer import Mamba2Block, RMSNorm
-from recemb.core.state import LayerState, ModelState
+from recemb.core.files import write_checkpoint
+from recemb.core.precision import check_saveable
+
+__all__ = ["Mamba2Encoder"]
 
 
 class Mamba2Encoder(RecurrentEncoder):
@@ -21,7 +25,7 @@ class Mamba2Encoder(RecurrentEncoder):
 
     supports_context_extension = True
     # What quantize="int8" quantises (``core/precision.py``). Not out_proj: its input, the gated norm's output,
-    # loses too much to int8 with one scale per call (bundled model: 0.70 cosine to fp32, against 0.99 without it).
+    # loses too much to int8 with one scale per call (docs/benchmarks.md, "Low-precision CPU inference").
     int8_projections = ("mixer.in_proj",)
 
     def __init__(self, config: Mamba2Config):
@@ -96,11 +100,12 @@ class Mamba2Encoder(RecurrentEncoder):
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:
         return self.norm_f(h)
 
-    def save(self, folder) -> None:
-        """transformers' Mamba2 format: config.json + model.safetensors."""
-        from recemb.core.loading import save_encoder
-
-        save_encoder(self, folder)
+    def save(self, folder, safe_serialization: bool = True) -> None:
+        """transformers' Mamba2 format: ``config.json`` + ``model.safetensors`` (``pytorch_model.bin`` with
+        ``safe_serialization=False``) in ``Mamba2Model`` naming. An int8-quantised model is refused."""
+        check_saveable(self)
+        write_checkpoint(folder, self.config.to_transformers_dict(), self.state_dict(), "torch_dtype",
+                         self.embeddings.weight.dtype, safetensors=safe_serialization)
 
     def zero_states(self, batch: int, device=None, dtype=None) -> ModelState:
         c = self.config

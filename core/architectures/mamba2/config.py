@@ -10,12 +10,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from recemb.core.errors import ConfigError
 
-from recemb.core.errors import ConfigError  # noqa: F401  (raised here; imported from here by older code)
+__all__ = ["Mamba2Config"]
 
 
 def _json_float(v: Any) -> float:
-    """A float from config JSON: a number, a bare Infinity (Codestral), or transformers 5's {"__float__": "Infinity"}."""
+    """A float from config JSON: a number, a bare Infinity (Codestral), or transformers 5's
+    {"__float__": "Infinity"}."""
     if isinstance(v, dict) and "__float__" in v:
         v = v["__float__"]
     return float(v)

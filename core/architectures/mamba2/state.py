@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import torch
 
+__all__ = ["LayerState", "ModelState"]
+
 
 class LayerState(NamedTuple):
     conv_state: torch.Tensor  # (b, conv_dim, k)

@@ -1,0 +1,84 @@
+"""The options several commands share, each declared once: --json, the model options, the Qdrant options, and the
+argparse types of whole numbers."""
+
+from __future__ import annotations
+
+import argparse
+
+from recemb_integrations.cli.output import CommandError
+
+__all__ = ["add_json_option", "add_model_options", "add_qdrant_options", "int_at_least", "non_negative_int",
+           "positive_int", "refuse_blank_options"]
+
+
+def int_at_least(minimum: int):
+    """argparse type: an integer >= minimum (argparse then names the flag in its one-line error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}" if minimum else
+                                             f"must be 0 or more, got {value}")
+        return value
+
+    return parse
+
+
+positive_int, non_negative_int = int_at_least(1), int_at_least(0)
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """--json: every command's result as JSON (added last, so it ends each command's help)."""
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_model_options(parser: argparse.ArgumentParser, vertical: bool = True,
+                      default: str = "the bundled recemb-mamba2-mini") -> None:
+    """The model to load and how: --model, --device, --dtype, --quantize, and with ``vertical`` the options of the
+    vertical engine. ``default``: what --model's help names as the model without it."""
+    from recemb.core.options import CONTEXT_EXTENSION_MODES  # one definition of the modes
+
+    parser.add_argument("--model", help="model folder, bundled model name or Hugging Face id (default: "
+                                        f"$RECEMB_MODEL, else {default})")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument("--dtype", help="float32, bfloat16 or auto (bf16 where the CPU multiplies it natively; "
+                                        "default: fp32 on the CPU, the checkpoint's on a GPU)")
+    parser.add_argument("--quantize", choices=["int8"], help="int8 in_proj weights on the CPU (opt-in)")
+    if vertical:
+        parser.add_argument("--vertical-chunk-size", type=positive_int,
+                            help="tokens per vertical chunk (memory dial)")
+        parser.add_argument("--context-extension", choices=CONTEXT_EXTENSION_MODES,
+                            help="calibrated MambaExtend / LongMamba (default auto: whatever the model folder has)")
+
+
+def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
+    """The collection and the store (--collection, --qdrant-url, --qdrant-path, --store), and the passage settings,
+    which only a sync sets (``sync``)."""
+    parser.add_argument("--collection", default="recemb", help="collection name (default: recemb)")
+    parser.add_argument("--qdrant-url", help="Qdrant server or cluster URL (default: $QDRANT_URL; the API key is "
+                                             "read from $QDRANT_API_KEY)")
+    parser.add_argument("--qdrant-path", help="embedded Qdrant folder (default: $RECEMB_QDRANT_PATH or the user "
+                                              "data folder)")
+    parser.add_argument("--store", choices=["auto", "edge", "local"], default="auto",
+                        help="the embedded engine: edge (Qdrant Edge, for any size; the default for a new folder) or "
+                             "local (qdrant-client's local mode, for small collections); auto: whatever the folder "
+                             "holds")
+    # A search reads passages from the collection; the flags stay accepted there (and ignored) for old scripts.
+    hidden = not sync
+    parser.add_argument("--passage-tokens", type=positive_int, help=argparse.SUPPRESS if hidden else
+                        "also index passages of this many tokens (default: the collection's, else none)")
+    parser.add_argument("--passage-overlap", type=non_negative_int, help=argparse.SUPPRESS if hidden else
+                        "tokens shared by consecutive passages (default: the collection's, else 0)")
+
+
+def refuse_blank_options(args: argparse.Namespace) -> None:
+    """A flag given an empty value (an unset shell variable) must not fall back to a default store or model."""
+    positional = {"info": {"model"}, "train": {"model"}, "calibrate": {"model"}}.get(args.command, set())
+    for name in ("model", "qdrant_url", "qdrant_path", "collection", "tokenizer", "to", "to_path", "to_collection",
+                 "id_prefix", "out"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            label = name.upper() if name in positional else "--" + name.replace("_", "-")
+            raise CommandError(f"{label} is empty (an unset shell variable?); nothing was done")

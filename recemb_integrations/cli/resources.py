@@ -1,0 +1,106 @@
+"""What the commands open from their arguments: the Qdrant store, the model, and the files their paths name.
+
+Commands call these through the module (``resources.open_qdrant(args)``), so a test replaces each in one place
+(e.g. a ``load_embedder`` that fails the test: the check under test must come before the model loads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+from pathlib import Path
+
+from recemb_integrations.cli.output import CommandError
+from recemb_integrations.sources import FolderSources, folder_sources
+
+__all__ = ["chosen_model", "collect_files", "default_qdrant_path", "load_embedder", "open_qdrant"]
+
+
+def default_qdrant_path() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(os.environ.get("RECEMB_QDRANT_PATH") or Path(user_data_dir("recemb")) / "qdrant")
+
+
+def chosen_model(args: argparse.Namespace) -> str | None:
+    """The model the user named (--model, else $RECEMB_MODEL), or None."""
+    return args.model or os.environ.get("RECEMB_MODEL") or None
+
+
+def load_embedder(args: argparse.Namespace, model: str | None = None):
+    """The named model, else ``model`` (a collection's recorded one), else the bundled default. Its ``name`` is
+    what a collection records: an absolute path for a local folder, so a search from another folder finds it."""
+    from recemb.core import DEFAULT_MODEL, Embedder
+
+    recorded = model is not None and not chosen_model(args)
+    model = chosen_model(args) or model or DEFAULT_MODEL
+    local = Path(model).expanduser()
+    name = str(local.resolve()) if local.is_dir() else model
+    try:
+        embedder = Embedder.from_pretrained(name, device=args.device, dtype=getattr(args, "dtype", None),
+                                            quantize=getattr(args, "quantize", None),
+                                            vertical_chunk_size=args.vertical_chunk_size,
+                                            context_extension=getattr(args, "context_extension", None) or "auto")
+    except (OSError, ValueError) as e:
+        if recorded:
+            raise CommandError(f"the collection was built with model {model!r}, which cannot be loaded here ({e}); "
+                               "pass --model") from e
+        raise
+    return embedder
+
+
+def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True):
+    """(store, where): a server for --qdrant-url / QDRANT_URL, else the embedded store at --qdrant-path (Qdrant Edge
+    for a new folder; a folder that holds a qdrant-client local-mode store stays one; --store chooses).
+
+    ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error."""
+    from recemb_integrations.stores import StoreError, detect_store_kind, open_store
+
+    if args.qdrant_url and args.qdrant_path:
+        raise CommandError("--qdrant-url and --qdrant-path name two different stores; give one")
+    kind = getattr(args, "store", None) or "auto"
+    # An explicit --qdrant-path beats $QDRANT_URL: the store the user named is the one written to.
+    url = args.qdrant_url or (os.environ.get("QDRANT_URL") if args.qdrant_path is None and environment_url
+                              else None)
+    if url:
+        if kind != "auto":
+            raise CommandError(f"--store {kind} names an embedded store, but a server was given (--qdrant-url or "
+                               "$QDRANT_URL); drop one")
+        # The client checks the server's version in a thread and warns in several lines when it cannot reach it;
+        # the first call of the command reports an unreachable server in one line instead.
+        warnings.filterwarnings("ignore", message="Failed to obtain server version")
+        return open_store(url=url, api_key=os.environ.get("QDRANT_API_KEY")), url
+    given = args.qdrant_path if args.qdrant_path is not None else os.environ.get("RECEMB_QDRANT_PATH")
+    if given is not None and not given.strip():
+        raise CommandError("the store path is empty (--qdrant-path or $RECEMB_QDRANT_PATH; an unset shell "
+                           "variable?)")
+    path = Path(given).expanduser() if given else default_qdrant_path()
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"--qdrant-path {path} is a file, not a folder; give the folder of an embedded store "
+                           "(it is created on the first sync)")
+    found = detect_store_kind(path) if path.is_dir() else None
+    if not create and found is None:
+        where = "--qdrant-path " + str(path) if given else f"the default store {path}"
+        raise CommandError(f"there is no embedded Qdrant store at {where}; check the path, or run `recemb sync` "
+                           "first")
+    if create and found is None and path.is_dir() and any(path.iterdir()):
+        raise CommandError(f"{path} holds other files but no Qdrant store; give --qdrant-path a new or empty "
+                           "folder (a store writes its own files there)")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CommandError(f"cannot create the store folder {path}: {e.strerror or e}") from e
+    try:
+        return open_store(path=path, kind=kind), str(path)
+    except StoreError as e:
+        raise CommandError(str(e)) from e
+
+
+def collect_files(paths: list[str], id_prefix: str | None = None) -> FolderSources:
+    """The files the path arguments name (``folder_sources``); a refused argument ends the command."""
+    try:
+        return folder_sources(paths, id_prefix)
+    except ValueError as e:
+        raise CommandError(str(e)) from None

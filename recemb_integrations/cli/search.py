@@ -1,0 +1,122 @@
+"""``recemb search``: search a synced collection with the model and settings it was built with."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from contextlib import closing
+
+from recemb_integrations.cli import resources
+from recemb_integrations.cli.options import add_model_options, add_qdrant_options, positive_int
+from recemb_integrations.cli.output import EXIT_OK, CommandError, emit
+from recemb_integrations.terminal import escape, escape_controls
+
+__all__ = ["add_search_command", "cmd_search"]
+
+
+def add_search_command(commands) -> None:
+    p = commands.add_parser("search", help="search a synced collection")
+    p.add_argument("query")
+    p.add_argument("--limit", type=positive_int, default=10, help="hits to return, at most 10,000 (default 10)")
+    p.add_argument("--instruction", help="query instruction or E5 task name (default: web search)")
+    p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                   help="metadata match (repeatable); a JSON list, e.g. tag='[\"a\",\"b\"]', matches any of its values")
+    p.add_argument("--granularity", choices=["document", "passage", "any"], default="document")
+    p.add_argument("--mode", choices=["hybrid", "dense", "sparse"],
+                   help="hybrid: dense + BM25 fused (the default where the collection has BM25 vectors); dense; "
+                        "sparse: BM25 alone")
+    p.add_argument("--fusion", choices=["dbsf", "rrf"],
+                   help="how hybrid search fuses its two lists: distribution-based score fusion (the default) or "
+                        "reciprocal rank fusion")
+    add_qdrant_options(p, sync=False)
+    add_model_options(p, default="the model the collection was built with")
+    p.set_defaults(run=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from recemb_integrations.qdrant import (
+        MAX_SEARCH_LIMIT,
+        QdrantSync,
+        SearchNotice,
+        check_collection_name,
+        interrupted_rebuild_hint,
+        read_record,
+    )
+
+    check_collection_name(args.collection)
+    if not args.query.strip():
+        raise CommandError("the query is empty (an unset shell variable?)")
+    if args.limit > MAX_SEARCH_LIMIT:
+        raise CommandError(f"--limit {args.limit} is more than one search returns (at most {MAX_SEARCH_LIMIT:,}); "
+                           "nothing was searched")
+    filters = dict(_parse_filter(f) for f in args.filter)
+    store, where = resources.open_qdrant(args, create=False)
+    with closing(store):
+        record = read_record(store, args.collection)  # read once: the search below is given it
+        if record is None:
+            hint = interrupted_rebuild_hint(store, args.collection)
+            raise CommandError(f"collection {args.collection!r} does not exist in {where}; "
+                               + (hint or "run `recemb sync` first"))
+        if args.mode in ("hybrid", "sparse") and record.data.get("sparse") is None:
+            raise CommandError(f"collection {args.collection!r} has no BM25 vectors (it was built dense-only); "
+                               "search it with --mode dense, or rebuild it with `recemb sync --rebuild`")
+        if args.granularity == "passage" and not record.settings.passage_tokens:
+            raise CommandError(f"collection {args.collection!r} has no passages (it was synced without "
+                               "--passage-tokens); search documents instead")
+        # The collection's own model unless one is named: search needs no flag the sync had.
+        embedder = resources.load_embedder(args, model=record.model)
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", SearchNotice)
+            hits = QdrantSync.open(store, args.collection, embedder, record=record).search(
+                args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
+                granularity=args.granularity, mode=args.mode, **({"fusion": args.fusion} if args.fusion else {}))
+    for note in notes:
+        if issubclass(note.category, SearchNotice):
+            print(f"recemb search: note: {escape_controls(str(note.message))}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+    rows = [{"document_id": h.document_id, "score": h.score, "metadata": h.metadata, "passage": h.passage,
+             **({"best_passage": h.best_passage} if h.best_passage is not None else {}),
+             **({"best_passage_text": h.best_passage_text} if h.best_passage_text is not None else {}),
+             **({"text": h.text} if h.text is not None else {})} for h in hits]
+    emit(args, rows, "\n".join(_hit_lines(h) for h in hits) or "no hits")
+    return EXIT_OK
+
+
+def _hit_lines(hit) -> str:
+    """A hit's score and document, and under it the passage that matched (its text where the collection keeps it)."""
+    line = f"{hit.score:.4f}  {escape(hit.document_id)}" + (f"  (passage {hit.passage})" if hit.passage is not None
+                                                             else "")
+    if hit.passage is not None and hit.text:
+        return line + "\n        " + _excerpt(hit.text)
+    if hit.best_passage is not None:
+        return line + f"\n        passage {hit.best_passage}" + (
+            ": " + _excerpt(hit.best_passage_text) if hit.best_passage_text else "")
+    return line
+
+
+def _excerpt(text: str, width: int = 160) -> str:
+    flat = " ".join(text.split())
+    return escape_controls(flat if len(flat) <= width else flat[: width - 3] + "...")
+
+
+def _parse_filter(spec: str) -> tuple[str, object]:
+    """KEY=VALUE: VALUE is read as JSON where it parses (numbers, true/false, lists), as a string otherwise."""
+    from recemb_integrations.qdrant import metadata_condition
+
+    if "=" not in spec or not spec.split("=", 1)[0]:
+        raise CommandError(f"--filter {spec!r}: expected KEY=VALUE")
+    key, value = spec.split("=", 1)
+    if not value.strip():
+        raise CommandError(f"--filter {spec!r}: the value is empty (an unset shell variable?)")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    try:
+        metadata_condition(key, parsed)  # the same check the search makes, before the model loads
+    except ValueError as e:
+        raise CommandError(f"--filter {spec!r}: {e}") from None
+    return key, parsed

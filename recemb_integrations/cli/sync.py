@@ -1,0 +1,216 @@
+"""``recemb sync``: keep a Qdrant collection in step with text files (on Ray actors with --ray).
+
+Checks that need no model (paths, flag values, collection name, the store and its lock, the collection's recorded
+settings) run before the model loads, so a slip of the keyboard costs no waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from contextlib import closing
+from pathlib import Path
+
+from recemb_integrations.cli import resources
+from recemb_integrations.cli.options import add_model_options, add_qdrant_options, positive_int
+from recemb_integrations.cli.output import EXIT_OK, EXIT_PARTIAL, CommandError, emit
+from recemb_integrations.formats import DOCUMENT_SUFFIXES
+from recemb_integrations.sources import FILE_METADATA_INDEXES, FolderSources, clean_id_prefix, real_path
+from recemb_integrations.terminal import escape, escape_controls
+
+__all__ = ["add_sync_command", "cmd_sync"]
+
+
+def add_sync_command(commands) -> None:
+    p = commands.add_parser("sync", help="keep a Qdrant collection in step with text files",
+                            description="Embed each file whole (its path relative to the folder given is its id) "
+                            "and bring the collection to "
+                            "exactly these files: new ones added, changed ones re-embedded, unchanged ones skipped, "
+                            "missing ones deleted.")
+    p.add_argument("paths", nargs="+", help="files, folders (.txt .md .markdown .rst, and .pdf .html .htm .xhtml "
+                                             ".docx with the 'formats' extra; recursively) or globs")
+    p.add_argument("--id-prefix", help="put PREFIX/ before every document id: the sync is then one root of the "
+                                       "collection and deletes or overwrites only the documents it wrote (several "
+                                       "folders in one collection)")
+    p.add_argument("--keep-missing", action="store_true", help="do not delete documents absent from PATHS")
+    p.add_argument("--allow-mass-delete", action="store_true",
+                   help="let this sync delete more than half of the collection's documents (refused otherwise)")
+    p.add_argument("--skip-empty", action="store_true",
+                   help="leave out empty and whitespace-only files, keeping the stored version of one that was "
+                        "emptied since, with a warning (default: synced, with a warning)")
+    p.add_argument("--max-tokens", type=positive_int,
+                   help="truncate each document to this many tokens, with a warning (default: the collection's, "
+                        "else never)")
+    p.add_argument("--store-text", action="store_true", help="keep the text in the payload")
+    p.add_argument("--batch-size", type=positive_int, default=64,
+                   help="documents read, embedded and written together (one write request; default 64)")
+    p.add_argument("--dense-only", action="store_true",
+                   help="build the collection without BM25 vectors (default: hybrid, dense + BM25; an existing "
+                        "collection keeps what it was built with)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build the collection anew from PATHS with the given settings (e.g. a recemb 0.1 collection "
+                        "to hybrid): the new one is built beside it and replaces it only when complete")
+    p.add_argument("--ray", action="store_true",
+                   help="embed on Ray actors (the 'ray' extra): the plan and every write stay in this process, "
+                        "the model runs on the cluster's GPUs (one actor each) or CPUs; files must be readable at "
+                        "the same paths on every node")
+    p.add_argument("--ray-address", help="the Ray cluster to join (e.g. auto, ray://head:10001; default: "
+                                         "RAY_ADDRESS, else a local cluster on this machine)")
+    p.add_argument("--ray-actors", type=positive_int, help="model actors (default: one per GPU, or one per CPU "
+                                                           "but one)")
+    p.add_argument("--ray-gpus-per-actor", type=float, help="GPUs per actor (default: 1 where the cluster has "
+                                                             "GPUs, else 0)")
+    add_qdrant_options(p, sync=True)
+    add_model_options(p)
+    p.set_defaults(run=cmd_sync)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """parse -> sources -> store -> the record, read once -> settings, reconciled once (no model yet) -> one scan
+    -> the model -> the sync, given the record and the scan."""
+    from recemb_integrations.qdrant import (
+        CollectionMismatchError,
+        NothingReadableError,
+        QdrantSync,
+        RebuildError,
+        RequestedSettings,
+        SettingsConflict,
+        StoreCalls,
+        check_collection_name,
+        read_record,
+        reconcile_settings,
+        scan_documents,
+    )
+
+    check_collection_name(args.collection)
+    if args.rebuild and args.keep_missing:
+        raise CommandError("--rebuild builds the collection from PATHS alone; --keep-missing cannot keep documents "
+                           "that are not among them")
+    prefix = _id_prefix(args)
+    if args.rebuild and prefix:
+        raise CommandError("--rebuild replaces the whole collection, so it cannot be limited to --id-prefix; rebuild "
+                           "it without the prefix, or sync each root into a new collection")
+    sources = resources.collect_files(args.paths, prefix)
+    if not sources.files and not sources.missing:
+        skipped = f" ({len(sources.skipped)} skipped, e.g. {': '.join(sources.skipped[0])})" if sources.skipped else ""
+        raise CommandError(f"no {'/'.join(DOCUMENT_SUFFIXES)} files under {' '.join(args.paths)}{skipped}")
+    if sources.missing and not args.keep_missing:
+        # A mistyped path must not wipe the collection through delete_missing.
+        raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]} (nothing synced; pass --keep-missing "
+                           "to sync the rest without deleting anything)")
+    executor = _ray_executor(args)  # before the store opens: a missing extra or a bad option costs nothing
+    store, where = resources.open_qdrant(args)
+    with closing(store):
+        record = read_record(store, args.collection)
+        requested = RequestedSettings(args.passage_tokens, args.passage_overlap, args.max_tokens,
+                                      sparse=not args.dense_only)
+        try:
+            settings = reconcile_settings(record, requested, rebuild=args.rebuild)
+        except SettingsConflict as e:
+            raise CommandError(_conflict_message(args.collection, e)) from None
+        except CollectionMismatchError as e:
+            raise CommandError(str(e)) from None
+        except ValueError:  # impossible passages, from the flags or from the flags with the collection's
+            kept = record.settings if record is not None else None
+            tokens = args.passage_tokens if args.passage_tokens is not None else kept.passage_tokens
+            overlap = args.passage_overlap if args.passage_overlap is not None else kept.passage_overlap
+            raise CommandError(f"--passage-overlap {overlap} must be smaller than --passage-tokens {tokens}") from None
+        if settings.passage_tokens is None and args.passage_overlap:
+            raise CommandError("--passage-overlap needs --passage-tokens (passages are off for this collection)")
+        stored = scan_documents(StoreCalls(store), args.collection) if record is not None else None
+        allow_mass_delete = args.allow_mass_delete
+        if stored is not None:
+            allow_mass_delete = _check_id_scheme(args, stored.documents, sources) or allow_mass_delete
+        # An existing collection's own model unless one is named, as for search.
+        embedder = resources.load_embedder(args, model=record.model if record else None)
+        sync = QdrantSync(store, args.collection, embedder, store_text=args.store_text, batch_size=args.batch_size,
+                          index_metadata=FILE_METADATA_INDEXES, record=record, **settings.as_kwargs())
+        try:
+            report = sync.sync(sources.sources, delete_missing=not args.keep_missing,
+                               allow_mass_delete=allow_mass_delete, skip_empty=args.skip_empty,
+                               show_progress_bar=None if not args.json else False, rebuild=args.rebuild,
+                               scope=sources.scope, executor=executor, stored=stored)
+        except NothingReadableError as e:
+            raise CommandError(str(e).replace(" documents could be read", " files could be read")) from None
+        except RebuildError as e:
+            raise CommandError(str(e)) from None
+    report.failed = list(sources.missing) + report.failed
+    report.skipped = list(sources.skipped) + report.skipped
+    data = {"collection": args.collection, "qdrant": where, "store": store.kind, **report.as_dict()}
+    lines = [f"{escape(args.collection)} @ {escape(where)} ({store.kind}): {report.added} added, "
+             f"{report.updated} updated, {report.metadata_updated} metadata updated, {report.unchanged} unchanged, "
+             f"{report.deleted} deleted, {len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded in "
+             f"{report.seconds:.1f} s)"]
+    # Names escaped (a file name can hold a newline or an escape sequence); --json carries them exactly.
+    lines += [f"  failed: {escape(doc_id)}: {escape_controls(err)}" for doc_id, err in report.failed]
+    lines += [f"  warning: {escape(doc_id)}: {escape_controls(what)}" for doc_id, what in report.warnings]
+    lines += [f"  skipped: {escape(path)}: {escape_controls(why)}" for path, why in report.skipped]
+    emit(args, data, "\n".join(lines))
+    return EXIT_PARTIAL if report.failed else EXIT_OK
+
+
+def _id_prefix(args: argparse.Namespace) -> str | None:
+    prefix = getattr(args, "id_prefix", None)
+    if prefix is None:
+        return None
+    try:
+        return clean_id_prefix(prefix)
+    except ValueError:
+        raise CommandError("--id-prefix is empty (an unset shell variable?); nothing was done") from None
+
+
+def _looks_absolute(doc_id: str) -> bool:
+    return doc_id.startswith("/") or bool(re.match(r"^[A-Za-z]:[\\/]", doc_id))
+
+
+def _check_id_scheme(args: argparse.Namespace, stored_ids, sources: FolderSources) -> bool:
+    """Collections synced before ids became relative hold absolute paths: a plain sync would delete and re-add
+    everything, so it is refused with the way on. A --rebuild is the way on; it may then replace every id (True:
+    the deletions are the old ids of the same files, when most of them match). ``stored_ids``: the collection's
+    document ids, from the sync's one scan."""
+    absolute = sorted(doc_id for doc_id in stored_ids if _looks_absolute(doc_id or ""))
+    if not absolute:
+        return False
+    if not args.rebuild:
+        example = sources.ids[0] if sources.ids else "a.md"
+        raise CommandError(
+            f"collection {args.collection!r} was synced by an earlier recemb, which used absolute paths as document "
+            f"ids (e.g. {absolute[0]!r}); ids are now relative to the folder given (e.g. {example!r}), so a moved "
+            "folder or another checkout keeps them. Nothing was written. Rebuild it once with `recemb sync --rebuild "
+            "PATHS` (built beside the old one, which it replaces when complete; every document is embedded again), "
+            "or sync into a new --collection.")
+    old_ids = {Path(real_path(f)).as_posix() for f in sources.files}  # an earlier recemb's ids: resolved paths
+    return len(set(stored_ids) & old_ids) >= len(stored_ids) / 2
+
+
+def _ray_executor(args: argparse.Namespace):
+    """``--ray``: the sync's embedding on Ray actors (``recemb_integrations.ray.RayExecutor``); None without it."""
+    ray_options = [name for name in ("ray_address", "ray_actors", "ray_gpus_per_actor")
+                   if getattr(args, name) is not None]
+    if not args.ray:
+        if ray_options:
+            raise CommandError(f"--{ray_options[0].replace('_', '-')} needs --ray")
+        return None
+    if args.ray_address is not None and not args.ray_address.strip():
+        raise CommandError("--ray-address is empty (an unset shell variable?); nothing was done")
+    try:
+        from recemb_integrations.ray import RayExecutor
+    except ImportError as e:
+        raise CommandError(str(e)) from None
+    try:
+        return RayExecutor(address=args.ray_address, concurrency=args.ray_actors, num_gpus=args.ray_gpus_per_actor)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+
+
+FLAGS = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap", "max_tokens": "--max-tokens"}
+
+
+def _conflict_message(collection: str, conflict) -> str:
+    """A settings conflict in the command's words (its flags)."""
+    if conflict.key == "sparse":
+        return (f"collection {collection!r} was built with BM25 vectors (hybrid); drop --dense-only, or --rebuild it "
+                "dense-only")
+    recorded = conflict.recorded if conflict.recorded is not None else "(none)"
+    return (f"collection {collection!r} was built with {FLAGS[conflict.key]} {recorded}, not {conflict.requested}; "
+            "drop the flag to use the collection's setting, sync into a new --collection, or --rebuild it")

@@ -1,0 +1,193 @@
+"""What a sync is given and what it answers: documents, lazily read sources, the first pass over them, the sync's
+report and a search's hits. Pure: nothing here touches a store or a model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from recemb_integrations.qdrant.points import content_hash
+
+__all__ = ["Document", "DocumentEntry", "DocumentSource", "SearchHit", "SyncReport", "WriteOutcome", "read_entries"]
+
+ACTIONS = ("added", "updated")  # what writing a document's points does to it
+
+
+@dataclass
+class Document:
+    """One source document: ``id`` is the stable key (e.g. a file path); ``metadata`` must be JSON-serialisable."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DocumentSource:
+    """A document read only when needed, so a sync never holds every text: a file, typically.
+
+    ``read()`` returns the text (an ``OSError`` or ``ValueError`` reports the document as failed and keeps its stored
+    version). ``fingerprint()``, if given, returns ``(content_hash(text), text is blank)`` without holding the whole
+    text (e.g. by hashing the file in pieces); without it, the first pass reads the text to hash it. A sync reads each
+    source once to hash it and again only if it must be embedded."""
+
+    id: str
+    read: Callable[[], str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    fingerprint: Callable[[], tuple[str, bool]] | None = None
+    size: int = 0  # characters or bytes, where known: a hint for the progress bar
+
+
+@dataclass(frozen=True)
+class DocumentEntry:
+    """What the first pass of a sync keeps of a document: its id, metadata, hash, and how to get its text again."""
+
+    id: str
+    metadata: dict[str, Any]
+    hash: str
+    blank: bool
+    size: int
+    document: Document | None = None
+    source: DocumentSource | None = None
+
+    @property
+    def text(self) -> str:
+        return self.document.text if self.document is not None else self.source.read()
+
+    def load(self) -> Document:
+        if self.document is not None:
+            return self.document
+        text = self.source.read()
+        if not isinstance(text, str):
+            raise ValueError(f"read() returned {type(text).__name__}, expected str")
+        return Document(self.id, text, self.metadata)
+
+    def describe_blank(self) -> str:
+        return "empty document" if self.size == 0 else "document holds only whitespace"
+
+
+@dataclass
+class WriteOutcome:
+    """What writing some documents came to: those written (``(id, action)``, action "added" or "updated"), those
+    that failed, warnings, tokens embedded, and how many of the documents given are through (for a progress bar)."""
+
+    finished: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    embedded_tokens: int = 0
+    documents: int = 0
+
+
+@dataclass
+class SyncReport:
+    added: int = 0
+    updated: int = 0  # re-embedded because the text changed
+    metadata_updated: int = 0  # text unchanged, only metadata rewritten (no embedding)
+    unchanged: int = 0
+    deleted: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (document id, error)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (document id, what to know): synced anyway
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): sources that are not documents
+    embedded_tokens: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def absorb(self, outcome: WriteOutcome) -> None:
+        """Count a batch's outcome in."""
+        for _, action in outcome.finished:
+            if action == "added":
+                self.added += 1
+            elif action == "updated":
+                self.updated += 1
+            else:
+                raise ValueError(f"unknown write action {action!r}")
+        self.failed.extend(outcome.failed)
+        self.warnings.extend(outcome.warnings)
+        self.embedded_tokens += outcome.embedded_tokens
+
+
+@dataclass
+class SearchHit:
+    document_id: str
+    score: float
+    metadata: dict[str, Any]
+    text: str | None = None  # the document's text (or, for a passage hit, the passage's), where stored
+    passage: int | None = None  # passage index for passage hits, None for whole-document hits
+    best_passage: int | None = None  # document hits of a collection with passages: the passage that scored best
+    best_passage_text: str | None = None  # ... and its text, where stored
+
+
+def read_entries(documents: Iterable[Document | DocumentSource | tuple]
+                 ) -> tuple[list[DocumentEntry], list[tuple[str, str]]]:
+    """The first pass of a sync: each document's id, metadata and content hash (sources are read or fingerprinted
+    one at a time, their texts not kept); problems (bad types, duplicate ids, unserialisable metadata, unreadable
+    sources) as failures."""
+    entries: dict[str, DocumentEntry] = {}
+    failed: list[tuple[str, str]] = []
+    for i, item in enumerate(documents):
+        if isinstance(item, DocumentSource):
+            entry = _source_entry(item, i, failed)
+        else:
+            entry = _document_entry(item, i, failed)
+        if entry is None:
+            continue
+        if entry.id in entries:
+            failed.append((entry.id, f"duplicate document id {entry.id!r} (item {i}); the first one is kept"))
+            continue
+        entries[entry.id] = entry
+    return list(entries.values()), failed
+
+
+def _document_entry(item: Any, i: int, failed: list[tuple[str, str]]) -> DocumentEntry | None:
+    if isinstance(item, Document):
+        doc = item
+    elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) in (2, 3):
+        doc = Document(*item)
+    else:
+        failed.append((f"#{i}", f"item {i} is {type(item).__name__}, expected Document or (id, text[, metadata])"))
+        return None
+    if not isinstance(doc.id, str) or not doc.id:
+        failed.append((f"#{i}", f"item {i} has document id {doc.id!r}; ids must be non-empty strings"))
+        return None
+    if not isinstance(doc.text, str):
+        failed.append((doc.id, f"text is {type(doc.text).__name__}, expected str"))
+        return None
+    try:
+        # As Qdrant will store and return it (tuples become lists), so an unchanged document compares equal.
+        doc = Document(doc.id, doc.text, json.loads(json.dumps(doc.metadata or {})))
+    except (TypeError, ValueError) as e:
+        failed.append((doc.id, f"metadata is not JSON-serialisable: {e}"))
+        return None
+    return DocumentEntry(doc.id, doc.metadata, content_hash(doc.text), not doc.text.strip(), len(doc.text),
+                         document=doc)
+
+
+def _source_entry(source: DocumentSource, i: int, failed: list[tuple[str, str]]) -> DocumentEntry | None:
+    if not isinstance(source.id, str) or not source.id:
+        failed.append((f"#{i}", f"item {i} has document id {source.id!r}; ids must be non-empty strings"))
+        return None
+    try:
+        metadata = json.loads(json.dumps(source.metadata or {}))
+    except (TypeError, ValueError) as e:
+        failed.append((source.id, f"metadata is not JSON-serialisable: {e}"))
+        return None
+    try:
+        if source.fingerprint is not None:
+            digest, blank = source.fingerprint()
+            size = source.size
+        else:
+            text = source.read()
+            if not isinstance(text, str):
+                raise ValueError(f"read() returned {type(text).__name__}, expected str")
+            digest, blank, size = content_hash(text), not text.strip(), len(text)
+    except OSError as e:
+        failed.append((source.id, f"cannot read: {e.strerror or e}"))
+        return None
+    except ValueError as e:
+        failed.append((source.id, str(e)))
+        return None
+    return DocumentEntry(source.id, metadata, digest, blank, size, source=source)

@@ -1,0 +1,36 @@
+"""The errors and notices of the main job: each names what went wrong and that nothing was lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CollectionMismatchError", "MassDeletionError", "NothingReadableError", "RebuildError", "SearchNotice",
+           "SettingsConflict"]
+
+
+class CollectionMismatchError(ValueError):
+    """The collection was built with another model, dimension or distance (or not by recemb)."""
+
+
+class SettingsConflict(CollectionMismatchError):
+    """A requested setting contradicts what the collection recorded (``key``: the setting's keyword name)."""
+
+    def __init__(self, message: str, key: str, recorded: Any, requested: Any):
+        super().__init__(message)
+        self.key, self.recorded, self.requested = key, recorded, requested
+
+
+class MassDeletionError(ValueError):
+    """A sync would delete more than half of the collection's documents; nothing was written."""
+
+
+class NothingReadableError(ValueError):
+    """Every document given failed to read; a sync that deletes missing documents stops before its first write."""
+
+
+class RebuildError(ValueError):
+    """A rebuild cannot replace the collection yet (some documents failed); the old collection is untouched."""
+
+
+class SearchNotice(UserWarning):
+    """Something a searcher should know about a result (a dense-only collection, a query without BM25 terms)."""

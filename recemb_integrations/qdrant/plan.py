@@ -1,0 +1,109 @@
+"""A sync's plan, from the documents given and what the collection holds: what to add, re-embed, rewrite the
+metadata of, leave, stamp with its root and delete, and the guard against deleting most of a collection. Pure:
+the collection's state comes in as data (``StoredDocuments``, one scan), the plan goes out as data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from recemb_integrations.qdrant.documents import DocumentEntry
+from recemb_integrations.qdrant.errors import MassDeletionError
+from recemb_integrations.qdrant.points import foreign_id_message, owned_ids
+
+__all__ = ["MASS_DELETE_MIN_DOCUMENTS", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync", "stale_ids"]
+
+# A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
+# an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
+MASS_DELETE_MIN_DOCUMENTS = 5
+EMPTIED = ("; its stored version is kept (skip_empty leaves it out). Delete the file to remove it, or sync "
+           "without --skip-empty to store it empty")
+
+
+@dataclass(frozen=True)
+class StoredDocuments:
+    """What one scan of a collection found: each document point's (content hash, metadata), and every document id
+    seen in any point (passages of a document whose own point was never written included) -> the root that wrote
+    it (None for points of a recemb that did not record roots)."""
+
+    documents: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
+    seen: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """What a sync will do. ``to_embed``: (entry, "added" | "updated"), in the documents' order."""
+
+    to_embed: list[tuple[DocumentEntry, str]]
+    metadata_updates: list[DocumentEntry]  # text unchanged, metadata changed: rewritten, not embedded
+    unchanged: int
+    unstamped: list[str]  # unchanged documents written before points recorded their root: to stamp
+    stale: list[str]  # stored document ids of this root that are gone: to delete
+    deleted: int  # of those, the ones with a document point (what the report counts)
+    failed: list[tuple[str, str]]  # documents another root stores: not synced
+    warnings: list[tuple[str, str]]  # blank documents left out
+
+
+def check_empty(entries: list[DocumentEntry], skip_empty: bool
+                ) -> tuple[list[DocumentEntry], list[DocumentEntry], list[tuple[str, str]]]:
+    """(documents to sync, blank ones that ``skip_empty`` leaves out, warnings for blank ones synced)."""
+    kept, left_out, warnings = [], [], []
+    for entry in entries:
+        if not entry.blank:
+            kept.append(entry)
+        elif skip_empty:
+            left_out.append(entry)
+        else:
+            warnings.append((entry.id, entry.describe_blank() + "; synced (its embedding carries no content)"))
+            kept.append(entry)
+    return kept, left_out, warnings
+
+
+def stale_ids(collection: str, managed: set[str], entries: list[DocumentEntry], failed: list[tuple[str, str]],
+              keep_ids: Iterable[str], allow_mass_delete: bool) -> list[str]:
+    """Stored document ids (``managed``: those this sync manages) absent from the sources; a MassDeletionError when
+    they are most of them."""
+    source_ids = {e.id for e in entries} | {doc_id for doc_id, _ in failed} | set(keep_ids)
+    stale = sorted(managed - source_ids)
+    if not allow_mass_delete and len(stale) > max(MASS_DELETE_MIN_DOCUMENTS, len(managed) / 2):
+        shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
+        raise MassDeletionError(
+            f"this sync would delete {len(stale)} of the {len(managed)} documents it manages in collection "
+            f"{collection!r} ({shown}) because they are not among the {len(entries)} given; nothing was "
+            "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
+            "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False); to keep several "
+            "folders in one collection, sync each with its own --id-prefix (scope=).")
+    return stale
+
+
+def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[DocumentEntry],
+              failed: list[tuple[str, str]], stored: StoredDocuments, root: str, delete_missing: bool,
+              keep_ids: Iterable[str], allow_mass_delete: bool) -> SyncPlan:
+    """The plan of a sync of ``entries`` (``left_out``: blank ones skip_empty leaves out; ``failed``: documents that
+    could not be read, whose stored versions are kept) under ``root``."""
+    existing, seen = stored.documents, stored.seen
+    owned = owned_ids(seen, root)
+    # Another root's documents are neither overwritten nor deleted; an emptied document keeps its stored version.
+    foreign = [e for e in entries if e.id in seen and e.id not in owned]
+    entries = [e for e in entries if not (e.id in seen and e.id not in owned)]
+    kept = [e for e in left_out if e.id in existing and e.id in owned]
+    warnings = [(e.id, e.describe_blank() + (EMPTIED if e in kept else "; left out (skip_empty)")) for e in left_out]
+    stale: list[str] = []
+    if delete_missing:
+        stale = stale_ids(collection, owned, entries, failed, [*keep_ids, *(e.id for e in kept)], allow_mass_delete)
+    to_embed, metadata_updates, unstamped, unchanged = [], [], [], 0
+    for entry in entries:
+        old = existing.get(entry.id)
+        if old is not None and old[0] == entry.hash:
+            if seen.get(entry.id) is None:
+                unstamped.append(entry.id)
+            if old[1] != entry.metadata:
+                metadata_updates.append(entry)
+            else:
+                unchanged += 1
+            continue
+        to_embed.append((entry, "updated" if old is not None else "added"))
+    return SyncPlan(to_embed=to_embed, metadata_updates=metadata_updates, unchanged=unchanged, unstamped=unstamped,
+                    stale=stale, deleted=len([d for d in stale if d in existing]),
+                    failed=[(e.id, foreign_id_message(seen[e.id], root)) for e in foreign], warnings=warnings)

@@ -1,0 +1,178 @@
+"""Points as data: their ids, the hashes that tell a changed document, the model's fingerprint, passage windows,
+roots, and each point's payload and vectors. Pure: nothing here touches a store.
+
+Point ids are deterministic (uuid5 of the document id, and of (id, passage index) for passages), so writing a
+document twice overwrites it instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from recemb_integrations._imports import require
+from recemb_integrations.qdrant.record import check_passage_settings
+from recemb_integrations.sparse import SparseVector
+from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR
+
+models = require("qdrant_client.models", "qdrant")
+
+__all__ = ["ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows", "ROOT_KEY",
+           "content_hash", "describe_root", "document_payload", "foreign_id_message", "match", "model_fingerprint",
+           "owned_ids", "passage_payload", "point_id", "point_vectors", "scope_root"]
+
+ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
+KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
+# The root whose sync wrote a point: "" for a sync without a scope, else the scope ("wiki/"). A sync deletes and
+# overwrites only its own root's documents, so an unprefixed folder's "wiki/x.md" is not the "wiki/" root's.
+ROOT_KEY = "root"
+PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, ROOT_KEY: KEYWORD}  # filtered by
+
+
+def point_id(document_id: str, passage: int | None = None) -> str:
+    key = document_id if passage is None else f"{document_id}\x00passage\x00{passage}"
+    return str(uuid.uuid5(ID_NAMESPACE, key))
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def model_fingerprint(embedder: Any) -> str:
+    """A short hash of the architecture and a sample of every weight (``RecurrentEncoder.weight_samples``): the
+    same model under another path or name matches, and so does the same checkpoint run in bf16 or int8 on the CPU
+    (its vectors stay close to fp32's: docs/benchmarks.md, low precision); a different model does not."""
+    h = hashlib.sha256(json.dumps(embedder.config.to_dict(), sort_keys=True, default=str).encode())
+    for name, sample, total in embedder.model.weight_samples():
+        h.update(name.encode())
+        h.update(sample)
+        h.update(total.encode())
+    return h.hexdigest()[:16]
+
+
+def match(key: str, value: Any):
+    """The condition ``key == value`` on a payload field."""
+    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+def point_vectors(layout: int, dense, sparse: SparseVector | None):
+    """A point's vectors in the collection's layout; an empty BM25 vector is left out (the point is found by its
+    dense vector alone)."""
+    if layout == 1:
+        return dense.tolist()
+    vectors: dict[str, Any] = {DENSE_VECTOR: dense.tolist()}
+    if sparse is not None and len(sparse):
+        vectors[SPARSE_VECTOR] = sparse
+    return vectors
+
+
+def document_payload(document_id: str, text: str, metadata: Mapping[str, Any], tokens: int, root: str,
+                     store_text: bool) -> dict[str, Any]:
+    """A document's own point: the content hash marks the document as complete."""
+    payload = {"document_id": document_id, "kind": KIND_DOCUMENT, "content_hash": content_hash(text),
+               "metadata": metadata, "tokens": tokens, ROOT_KEY: root}
+    if store_text:
+        payload["text"] = text
+    return payload
+
+
+def passage_payload(document_id: str, index: int, metadata: Mapping[str, Any], tokens: int, root: str,
+                    text: str | None) -> dict[str, Any]:
+    """A passage's point (``text``: where the collection keeps texts)."""
+    payload = {"document_id": document_id, "kind": KIND_PASSAGE, "passage": index, "metadata": metadata,
+               "tokens": tokens, ROOT_KEY: root}
+    if text is not None:
+        payload["text"] = text
+    return payload
+
+
+class PassageWindows:
+    """Cuts one document's ids (EOS last), fed piece by piece, into passages: windows of ``size`` body tokens
+    starting every ``size - overlap`` tokens, each followed by the EOS; the last starts before the body's final
+    ``overlap`` tokens, and an empty body gives one passage of EOS alone. Holds at most a window plus a piece."""
+
+    def __init__(self, size: int, overlap: int, eos_token_id: int):
+        check_passage_settings(size, overlap)
+        self.size, self.overlap, self.step, self.eos = size, overlap, size - overlap, eos_token_id
+        self._buffer: list[int] = []  # ids from absolute position self._base on
+        self._base = 0
+        self._seen = 0  # ids fed so far
+        self._last: int | None = None
+        self._next = 0  # start of the next window
+        self.count = 0  # windows returned so far
+
+    def feed(self, ids: Sequence[int]) -> list[list[int]]:
+        """Windows that are complete now. The newest id may be the EOS that ends the body, so no window takes it."""
+        ids = list(ids)
+        if not ids:
+            return []
+        self._buffer += ids
+        self._seen += len(ids)
+        self._last = ids[-1]
+        out = []
+        while self._next + self.size <= self._seen - 1:
+            out.append(self._window(self._next, self._next + self.size))
+            self._next += self.step
+        return self._emit(out)
+
+    def finish(self) -> list[list[int]]:
+        """The remaining windows, once the last id (the EOS) has been fed."""
+        if self._last != self.eos:
+            raise ValueError("a document's ids must end with its EOS token")
+        body_end = self._seen - 1
+        out = []
+        while self._next < max(body_end - self.overlap, 1):
+            if self._next < body_end:
+                out.append(self._window(self._next, min(self._next + self.size, body_end)))
+            self._next += self.step
+        if not out and not self.count:
+            out.append([self.eos])
+        return self._emit(out)
+
+    def _window(self, start: int, end: int) -> list[int]:
+        return self._buffer[start - self._base : end - self._base] + [self.eos]
+
+    def _emit(self, windows: list[list[int]]) -> list[list[int]]:
+        drop = min(self._next, self._seen) - self._base
+        if drop > 0:  # ids before the next window's start are never needed again
+            del self._buffer[:drop]
+            self._base += drop
+        self.count += len(windows)
+        return windows
+
+
+# ---------------------------------------------------------------------- roots
+def scope_root(scope: str | None) -> str:
+    """The root a sync with this scope writes under: "" without one, else the prefix as whole path components
+    ending in "/" ("wiki" and "wiki/" are "wiki/"), so "wiki/" never claims "wikipedia/x"."""
+    if scope is None:
+        return ""
+    if not isinstance(scope, str) or not scope.strip().strip("/"):
+        raise ValueError(f"scope must be a non-empty id prefix such as 'wiki/', got {scope!r}")
+    return scope.strip().strip("/") + "/"
+
+
+def owned_ids(seen: Mapping[str, str | None], root: str) -> set[str]:
+    """The stored document ids that belong to ``root``: those its sync wrote, and unstamped ones (a recemb that did
+    not record roots) that the old id rule gives it: under the root, and not under a longer root another sync
+    recorded."""
+    stamped = {r for r in seen.values() if r is not None}
+    longer = [r for r in stamped if len(r) > len(root) and r.startswith(root)]
+    return {doc_id for doc_id, r in seen.items()
+            if r == root or (r is None and doc_id.startswith(root) and not any(map(doc_id.startswith, longer)))}
+
+
+def describe_root(root: str | None) -> str:
+    """A root as the user named it."""
+    if root is None:
+        return "a root that recemb could not tell (written before roots were recorded)"
+    return "the sync without an id prefix" if not root else f"the sync with id prefix {root.rstrip('/')!r}"
+
+
+def foreign_id_message(owner: str | None, root: str) -> str:
+    """Why a document whose id another root stored is not synced."""
+    return (f"this id is stored by {describe_root(owner)} of this collection, not by {describe_root(root)}; its "
+            "stored version is kept. Give each folder its own --id-prefix (scope=) so that their ids cannot meet")

@@ -1,0 +1,187 @@
+"""Searching a collection: hybrid (dense + BM25 fused by Qdrant), dense or BM25 alone; documents grouped from
+their points and passages, each with its best passage as evidence."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from recemb_integrations._imports import require
+from recemb_integrations.qdrant.calls import StoreCalls
+from recemb_integrations.qdrant.documents import SearchHit
+from recemb_integrations.qdrant.errors import SearchNotice
+from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE, match, point_id
+from recemb_integrations.sparse import Bm25
+from recemb_integrations.stores import DENSE_VECTOR, SearchRequest
+
+models = require("qdrant_client.models", "qdrant")
+
+__all__ = ["DEFAULT_FUSION", "FUSIONS", "GRANULARITIES", "MAX_SEARCH_LIMIT", "PREFETCH_MIN", "PREFETCH_PER_HIT",
+           "RRF_K", "SEARCH_MODES", "Searchable", "check_search", "metadata_condition", "search"]
+
+SEARCH_MODES = ("hybrid", "dense", "sparse")
+FUSIONS = ("dbsf", "rrf")
+GRANULARITIES = (KIND_DOCUMENT, KIND_PASSAGE, "any")
+# DBSF by default: it keeps how far each side's best scores stand out, where RRF keeps only ranks and lets a weak side
+# pull good matches down (docs/quality.md compares the two).
+DEFAULT_FUSION = "dbsf"
+# Qdrant scores a list's hit at 0-based position p by 1 / (p + k): k = 61 is Cormack et al.'s (2009) 1 / (60 + rank),
+# given explicitly because Qdrant's own default differs between engines.
+RRF_K = 61
+MAX_SEARCH_LIMIT = 10_000  # hits one search returns at most: its candidates and HNSW beam stay in the stores' range
+PREFETCH_MIN = 100  # candidates each side of a hybrid search brings to the fusion, at least
+PREFETCH_PER_HIT = 5  # ... and per requested hit
+
+
+@dataclass(frozen=True)
+class Searchable:
+    """What a search needs to know of a collection (from its record): its vector layout, its BM25 encoder (None:
+    dense-only) and whether it has passages."""
+
+    collection: str
+    layout: int
+    bm25: Bm25 | None
+    passage_tokens: int | None
+    record: Any = None  # the record this was made from
+
+
+def metadata_condition(key: str, value: Any):
+    """A condition on ``metadata.<key>``: exact for a str, int or bool, any-of for a list of str or of int.
+    Anything else (floats, null, objects, mixed lists) is a ValueError that says so, before Qdrant sees it."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"filter key {key!r} must be a non-empty string")
+
+    def int64(v) -> bool:  # Qdrant stores integers as 64-bit
+        return isinstance(v, int) and not isinstance(v, bool) and -(2 ** 63) <= v < 2 ** 63
+
+    if isinstance(value, (str, bool)) or int64(value):
+        return match(f"metadata.{key}", value)
+    if isinstance(value, list) and value and (all(isinstance(v, str) for v in value) or all(map(int64, value))):
+        return models.FieldCondition(key=f"metadata.{key}", match=models.MatchAny(any=value))
+    raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, a 64-bit integer, true/false, "
+                     "or a non-empty list of strings or of integers (any of them matches)")
+
+
+def check_search(query: Any, limit: Any, filter: Any, granularity: Any, mode: Any, fusion: Any) -> list:
+    """The arguments of a search checked before any store or model work; the metadata conditions of a dict
+    filter."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    if granularity not in GRANULARITIES:
+        raise ValueError("granularity must be 'document', 'passage' or 'any'")
+    if mode is not None and mode not in SEARCH_MODES:
+        raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)} (or None for the collection's default), "
+                         f"got {mode!r}")
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise ValueError(f"limit must be an int from 1 to {MAX_SEARCH_LIMIT:,}, got {limit!r}")
+    return [metadata_condition(k, v) for k, v in filter.items()] if isinstance(filter, Mapping) else []
+
+
+def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, limit: int, instruction: str | None,
+           filter: Mapping[str, Any] | Any | None, granularity: str, mode: str | None, fusion: str,
+           metadata_conditions: list) -> list[SearchHit]:
+    """The search ``QdrantSync.search`` describes, on a collection whose model was checked, with arguments that
+    ``check_search`` passed (``metadata_conditions``: what it made of a dict filter)."""
+    if granularity == KIND_PASSAGE and not target.passage_tokens:
+        raise ValueError(f"collection {target.collection!r} has no passages (it was synced without "
+                         "passage_tokens); search documents instead")
+    mode = _search_mode(target, mode)
+    sparse_query = target.bm25.embed_query(query) if mode != "dense" else None
+    if sparse_query is not None and not len(sparse_query):
+        warnings.warn(SearchNotice(f"the query has no BM25 terms ({target.bm25.why_no_terms(query)}): "
+                                   + ("nothing to search by BM25" if mode == "sparse" else
+                                      "searched by the dense vector alone")), stacklevel=3)
+        if mode == "sparse":
+            return []
+        mode = "dense"
+    dense_query = (embedder.encode_queries([query], instruction=instruction)[0].tolist() if mode != "sparse"
+                   else None)
+
+    conditions = [] if granularity == "any" else [match("kind", granularity)]
+    grouped = granularity == KIND_DOCUMENT and bool(target.passage_tokens)
+    if grouped:
+        conditions = []  # documents are found by their own points and by their passages
+    if isinstance(filter, Mapping):
+        conditions += metadata_conditions
+    elif filter is not None:
+        conditions.append(filter)
+    point_filter = models.Filter(must=conditions) if conditions else None
+
+    def request(candidates: int) -> SearchRequest:
+        return SearchRequest(limit=limit, dense=dense_query if mode != "sparse" else None,
+                             sparse=sparse_query if mode != "dense" else None, filter=point_filter,
+                             fusion=fusion if mode == "hybrid" else None, candidates=candidates, rrf_k=RRF_K,
+                             dense_name=None if target.layout == 1 else DENSE_VECTOR)
+
+    candidates = max(PREFETCH_MIN, PREFETCH_PER_HIT * limit)
+    store, collection = calls.store, target.collection
+    if not grouped:
+        points = calls(store.query, collection, request(candidates))
+        hits = [_hit(p.payload, p.score) for p in points]
+    else:
+        while True:
+            # Each group's hits come best first: with two of them, a document whose own point leads still shows
+            # its best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer than
+            # ``limit`` documents and more exist, the search is repeated with more candidates, so a page is full.
+            groups = calls(store.query_groups, collection, request(candidates), "document_id", 2)
+            if mode != "hybrid" or len(groups) >= limit or candidates >= calls(store.count, collection):
+                break
+            candidates = min(candidates * 4, calls(store.count, collection))
+        hits = _document_hits(calls, collection, groups)
+    if mode == "hybrid" and len(hits) == 1 < limit:
+        # A fusion scores candidates against each other: alone, a hit scores 1.0 (both lists) or 0.5 (one).
+        warnings.warn(SearchNotice("only one result matched, so its fused score would compare it with nothing "
+                                   "(1.0 or 0.5 whatever its relevance); it is scored by its dense similarity "
+                                   "instead"), stacklevel=3)
+        return search(calls, target, embedder, query, limit, instruction, filter, granularity, "dense", fusion,
+                      metadata_conditions)
+    return hits
+
+
+def _search_mode(target: Searchable, mode: str | None) -> str:
+    if target.bm25 is None:
+        if mode in ("hybrid", "sparse"):
+            raise ValueError(f"collection {target.collection!r} has no BM25 vectors (it is dense-only"
+                             + (", built by recemb 0.1" if target.layout == 1 else "")
+                             + "); search it with mode='dense', or rebuild it (`recemb sync --rebuild`)")
+        if target.layout == 1:
+            warnings.warn(SearchNotice(
+                f"collection {target.collection!r} was built by recemb 0.1 with dense vectors only: searched "
+                "dense-only. Rebuild it with `recemb sync --rebuild PATHS` for hybrid (dense + BM25) search."),
+                stacklevel=4)
+        return "dense"
+    return mode or "hybrid"
+
+
+def _document_hits(calls: StoreCalls, collection: str, groups) -> list[SearchHit]:
+    """One hit per group (document): its best score, the document's payload, its best passage."""
+    hits, missing = [], []
+    for group in groups:
+        best = group[0]
+        own = next((h for h in group if h.payload.get("kind") == KIND_DOCUMENT), None)
+        passage = next((h for h in group if h.payload.get("kind") == KIND_PASSAGE), None)
+        hit = _hit(own.payload if own is not None else best.payload, best.score)
+        hit.passage = None
+        if own is None:  # the document point was not among the candidates: its payload is fetched below
+            hit.text = None
+            missing.append((hit, point_id(hit.document_id)))
+        if passage is not None:
+            hit.best_passage, hit.best_passage_text = passage.payload.get("passage"), passage.payload.get("text")
+        hits.append(hit)
+    if missing:
+        stored = {p.id: p.payload for p in calls(calls.store.retrieve, collection, [pid for _, pid in missing])}
+        for hit, pid in missing:
+            payload = stored.get(pid) or {}
+            hit.text = payload.get("text")
+            hit.metadata = payload.get("metadata", hit.metadata) or {}
+    return hits
+
+
+def _hit(payload: dict[str, Any], score: float) -> SearchHit:
+    return SearchHit(document_id=payload["document_id"], score=float(score), metadata=payload.get("metadata") or {},
+                     text=payload.get("text"), passage=payload.get("passage"))

@@ -1,0 +1,275 @@
+"""The second pass of a sync: read the documents to (re-)embed again, a batch at a time, embed them and make their
+points' writes, each document's passages before its own point (the point that carries its content hash: a crash
+before it leaves the old hash, or no point, and the next sync redoes the document). A long document is tokenized
+in windows and embedded as a stream, its passages cut from the same stream: memory is bounded by a batch (or one
+long document), not by the corpus.
+
+``DocumentWriter`` makes the writes and hands each to ``emit`` as data (``calls.Upsert``/``calls.Delete``); what a
+sync does with them is its executor's choice: ``LocalExecutor`` sends them to the store as they are made, a Ray
+executor returns them to the driver (``recemb_integrations.ray``). The executor contract is data in, data out:
+``run(job, tasks, embedder, emit, on_outcome, show_progress_bar)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from recemb.core.streaming import TokenizationError, TokenStream
+from recemb_integrations._imports import require
+from recemb_integrations.qdrant.calls import Delete, Upsert, Write
+from recemb_integrations.qdrant.documents import Document, DocumentEntry, WriteOutcome
+from recemb_integrations.qdrant.points import (
+    KIND_PASSAGE,
+    PassageWindows,
+    document_payload,
+    match,
+    passage_payload,
+    point_id,
+    point_vectors,
+)
+from recemb_integrations.sparse import Bm25
+from recemb_integrations.stores import StoredPoint
+from recemb_integrations.terminal import escape
+
+models = require("qdrant_client.models", "qdrant")
+
+__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "Executor", "LocalExecutor", "PASSAGE_WRITE_BATCH", "WriteJob",
+           "bm25_encoders"]
+
+PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
+BATCH_MAX_CHARS = 4 << 20  # text of one batch at most (its token ids are held as Python ints until embedded)
+# A document of at least this many characters with fewer than one token per this many is warned of: English
+# averages about four characters a token, CJK one or two; a whole file of one unbroken "word" gives three tokens.
+FEW_TOKENS_MIN_CHARS = 1000
+FEW_TOKENS_CHARS_PER_TOKEN = 100
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """Everything the second pass needs besides the model and the documents: data only, so it travels to other
+    processes. ``bm25``: the collection's recorded BM25 settings (None: dense-only); ``fingerprint``: the model
+    the collection records, which whoever embeds must load; ``root``: recorded on every point."""
+
+    collection: str
+    layout: int
+    root: str
+    store_text: bool
+    passage_tokens: int | None
+    passage_overlap: int
+    batch_size: int
+    max_tokens: int | None
+    bm25: dict[str, Any] | None
+    fingerprint: str
+
+
+def bm25_encoders(settings: dict[str, Any] | None) -> tuple[Bm25 | None, Bm25 | None]:
+    """(documents' BM25, passages' BM25) from a collection's recorded settings; (None, None) when dense-only."""
+    if not settings:
+        return None, None
+    bm25 = Bm25.from_settings({k: v for k, v in settings.items() if k != "passage_avg_len"})
+    return bm25, bm25.with_avg_len(settings.get("passage_avg_len", bm25.avg_len))
+
+
+class Executor(Protocol):
+    """Where a sync's embedding runs: it embeds ``tasks`` ((entry, "added" | "updated"), the plan's order) as
+    ``job`` says, passes every write to ``emit`` in the order it was made and, after a group's writes, its
+    ``WriteOutcome`` to ``on_outcome``."""
+
+    def run(self, job: WriteJob, tasks: Sequence[tuple[DocumentEntry, str]], embedder: Any,
+            emit: Callable[[Write], None], on_outcome: Callable[[WriteOutcome], None],
+            show_progress_bar: bool = False) -> None: ...
+
+
+class LocalExecutor:
+    """The embedding in this process, each write sent as soon as it is made. ``embed_progress``: the model's own
+    progress bars (``Embedder.embed_token_ids``)."""
+
+    def __init__(self, embed_progress: bool | None = None):
+        self.embed_progress = embed_progress
+
+    def run(self, job: WriteJob, tasks: Sequence[tuple[DocumentEntry, str]], embedder: Any,
+            emit: Callable[[Write], None], on_outcome: Callable[[WriteOutcome], None],
+            show_progress_bar: bool = False) -> None:
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(tasks), disable=not show_progress_bar, desc=f"Syncing {job.collection}",
+                  unit="doc") as bar:
+            def counted(outcome: WriteOutcome) -> None:
+                on_outcome(outcome)
+                bar.update(outcome.documents)
+
+            DocumentWriter(embedder, job, emit).write(tasks, counted, show_progress_bar=self.embed_progress,
+                                                      show_streams=show_progress_bar)
+
+
+class DocumentWriter:
+    """Embeds documents and makes their points' writes (see the module's docstring)."""
+
+    def __init__(self, embedder: Any, job: WriteJob, emit: Callable[[Write], None]):
+        self.embedder, self.job, self.emit = embedder, job, emit
+        self.bm25, self.bm25_passages = bm25_encoders(job.bm25)
+        limits = [n for n in (job.max_tokens, embedder.max_length) if n is not None]
+        self.token_limit = min(limits) if limits else None
+
+    def write(self, tasks: Iterable[tuple[DocumentEntry, str]], on_outcome: Callable[[WriteOutcome], None],
+              show_progress_bar: bool | None = None, show_streams: bool = False) -> None:
+        """Embed and write ``tasks``; ``on_outcome`` after each batch (or streamed document, or unreadable one)."""
+        pending: list[tuple[Document, str]] = []
+        pending_chars = 0
+        for entry, action in tasks:
+            try:
+                doc = entry.load()
+            except (OSError, ValueError) as e:  # changed or vanished since the first pass: keep what is stored
+                on_outcome(WriteOutcome(failed=[(entry.id, f"cannot read: {getattr(e, 'strerror', None) or e}")],
+                                        documents=1))
+                continue
+            if self.embedder.streams(doc.text):
+                on_outcome(self._streamed(doc, action, show_streams))
+                continue
+            pending.append((doc, action))
+            pending_chars += len(doc.text)
+            if len(pending) == self.job.batch_size or pending_chars >= BATCH_MAX_CHARS:
+                on_outcome(self._batch(pending, show_progress_bar))
+                pending, pending_chars = [], 0
+        if pending:
+            on_outcome(self._batch(pending, show_progress_bar))
+
+    def _batch(self, batch: list[tuple[Document, str]], show_progress_bar: bool | None) -> WriteOutcome:
+        """Documents short enough to tokenize whole, embedded together."""
+        emb = self.embedder
+        try:
+            if emb.tokenizer is None:
+                emb.tokenize([])  # raises the error that names the missing tokenizer
+            whole = emb.tokenizer.encode([d.text for d, _ in batch])
+        except Exception as e:  # a tokenizer failure is one batch's problem, not the sync's
+            return WriteOutcome(failed=[(d.id, f"tokenization failed: {e}") for d, _ in batch], documents=len(batch))
+        # Truncated through a one-piece TokenStream: one truncation rule for short and streamed documents.
+        streams = [TokenStream([seq], emb.tokenizer.eos_token_id, self.token_limit) for seq in whole]
+        ids = [list(itertools.chain.from_iterable(s)) for s in streams]
+        vectors = emb.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar).cpu().numpy()
+        outcome = WriteOutcome(documents=len(batch))
+        finished = []
+        for (doc, action), vector, doc_ids, stream in zip(batch, vectors, ids, streams):
+            n_passages = 0
+            if self.job.passage_tokens:
+                passages = PassageWriter(self, doc)
+                passages.feed(doc_ids)
+                n_passages = passages.close()
+                outcome.embedded_tokens += passages.tokens
+            finished.append((doc, action, vector, stream, n_passages))
+        self._complete(finished, outcome)  # the batch's own points after all of its passages
+        return outcome
+
+    def _streamed(self, doc: Document, action: str, show: bool) -> WriteOutcome:
+        """A long document: tokenized in windows, embedded as a stream, passages cut from the same stream."""
+        from tqdm.auto import tqdm
+
+        emb, limit = self.embedder, self.token_limit
+        outcome = WriteOutcome(documents=1)
+        try:
+            total = None
+            if emb.needs_whole_length:  # context extension is keyed by the whole length: count first
+                with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
+                          desc=_short(doc.id) + " (counting)") as bar:
+                    total = emb.count_tokens(doc.text, max_length=limit, on_chars=bar.update)
+            with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
+                      desc=_short(doc.id)) as bar:
+                stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update)
+                passages = PassageWriter(self, doc) if self.job.passage_tokens else None
+
+                def pieces() -> Iterator[list[int]]:  # one pass feeds the document's stream and its passages
+                    for piece in stream:
+                        if passages is not None:
+                            passages.feed(piece)
+                        yield piece
+
+                vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True)
+                n_passages = passages.close() if passages is not None else 0
+                outcome.embedded_tokens += passages.tokens if passages is not None else 0
+        except TokenizationError as e:
+            outcome.failed.append((doc.id, str(e)))
+            return outcome
+        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages)], outcome)
+        return outcome
+
+    def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int]], outcome: WriteOutcome) -> None:
+        """Write the own points of documents whose passages are all written, and account for them: one delete of
+        their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
+        point), so the next sync redoes them."""
+        job = self.job
+        stale = [models.Filter(must=[match("document_id", doc.id), match("kind", KIND_PASSAGE),
+                                     models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])
+                 for doc, action, _, _, n_passages in finished if action == "updated" or n_passages]
+        if stale:  # passages beyond the new count belong to an older version of the text
+            self.emit(Delete(models.Filter(should=stale)))
+        points = []
+        for doc, _, vector, stream, _ in finished:
+            payload = document_payload(doc.id, doc.text, doc.metadata, stream.tokens, job.root, job.store_text)
+            sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
+            points.append(StoredPoint(point_id(doc.id), payload, point_vectors(job.layout, vector, sparse)))
+        # The document points go last: a content hash marks its document as complete.
+        self.emit(Upsert(tuple(points)))
+        for doc, action, _, stream, _ in finished:
+            if stream.truncated:
+                outcome.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
+            outcome.warnings.extend((doc.id, note) for note in stream.notes)
+            if (not stream.truncated and len(doc.text) >= FEW_TOKENS_MIN_CHARS
+                    and stream.tokens * FEW_TOKENS_CHARS_PER_TOKEN < len(doc.text)):  # max_tokens is not the text's
+                outcome.warnings.append((doc.id, (
+                    f"its {len(doc.text):,} characters gave only {stream.tokens:,} tokens, so its embedding "
+                    "carries little of its content (a tokenizer makes a long run of letters without spaces or "
+                    "punctuation one unknown token)")))
+            outcome.embedded_tokens += stream.tokens
+            outcome.finished.append((doc.id, action))
+
+
+class PassageWriter:
+    """Embeds a document's passages in groups as its ids stream in and emits their upserts (before the
+    document's own point)."""
+
+    def __init__(self, writer: DocumentWriter, doc: Document):
+        self.writer, self.doc = writer, doc
+        job = writer.job
+        self.windows = PassageWindows(job.passage_tokens, job.passage_overlap, writer.embedder.tokenizer.eos_token_id)
+        self.pending: list[list[int]] = []
+        self.written = 0
+        self.tokens = 0  # embedded in passages (EOS included), counted in the report beside the document's own
+
+    def feed(self, ids: Sequence[int]) -> None:
+        self.pending += self.windows.feed(ids)
+        while len(self.pending) >= PASSAGE_WRITE_BATCH:
+            self._write(self.pending[:PASSAGE_WRITE_BATCH])
+            self.pending = self.pending[PASSAGE_WRITE_BATCH:]
+
+    def close(self) -> int:
+        """Writes the rest; returns how many passages the document has."""
+        self.pending += self.windows.finish()
+        for i in range(0, len(self.pending), PASSAGE_WRITE_BATCH):
+            self._write(self.pending[i : i + PASSAGE_WRITE_BATCH])
+        self.pending = []
+        return self.written
+
+    def _write(self, windows: list[list[int]]) -> None:
+        writer, doc, job = self.writer, self.doc, self.writer.job
+        embedder = writer.embedder
+        vectors = embedder.embed_token_ids(windows, normalize=True).cpu().numpy()
+        points = []
+        for i, (w, v) in enumerate(zip(windows, vectors), start=self.written):
+            # The passage's text as its tokens decode: what its BM25 vector counts and what a search shows.
+            text = embedder.tokenizer.tokenizer.decode(w[:-1], skip_special_tokens=True) if (
+                job.store_text or writer.bm25_passages is not None) else None
+            payload = passage_payload(doc.id, i, doc.metadata, len(w), job.root, text if job.store_text else None)
+            sparse = writer.bm25_passages.embed_document(text) if writer.bm25_passages is not None else None
+            points.append(StoredPoint(point_id(doc.id, i), payload, point_vectors(job.layout, v, sparse)))
+        writer.emit(Upsert(tuple(points)))
+        self.written += len(windows)
+        self.tokens += sum(map(len, windows))
+
+
+def _short(doc_id: str, width: int = 30) -> str:
+    """An id for a progress bar's label: escaped (a bar is printed on the terminal), its end if it is long."""
+    doc_id = escape(doc_id)
+    return doc_id if len(doc_id) <= width else "..." + doc_id[-(width - 3):]

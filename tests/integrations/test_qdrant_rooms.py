@@ -1,0 +1,197 @@
+"""The main job's rooms on their own: the collection record (model-free), the plan (pure), the writer's writes as
+data (the executor contract Ray uses), and a sync that reads the record once and scans the collection once."""
+
+import pytest
+
+pytest.importorskip("qdrant_client")
+
+from recemb_integrations.qdrant import (  # noqa: E402
+    CollectionMismatchError,
+    CollectionRecord,
+    Delete,
+    Document,
+    LocalExecutor,
+    MassDeletionError,
+    QdrantSync,
+    RequestedSettings,
+    SettingsConflict,
+    StoredDocuments,
+    SyncSettings,
+    Upsert,
+    content_hash,
+    reconcile_settings,
+)
+from recemb_integrations.qdrant.documents import read_entries  # noqa: E402
+from recemb_integrations.qdrant.plan import plan_sync  # noqa: E402
+from recemb_integrations.stores import open_store  # noqa: E402
+
+DOCS = [Document(f"d{i}.txt", f"document number {i} about state space models " * (i + 1), {"n": i})
+        for i in range(6)]
+
+
+def record(**data) -> CollectionRecord:
+    base = {"model": "m", "model_fingerprint": "f", "dim": 8, "distance": "Cosine", "layout": 2,
+            "passage_tokens": None, "passage_overlap": None, "max_tokens": None, "sparse": {"language": "english"}}
+    return CollectionRecord.parse({"recemb": {**base, **data}}, "c")
+
+
+# ---------------------------------------------------------------------- the record
+def test_a_collection_without_a_record_is_not_recembs():
+    with pytest.raises(CollectionMismatchError, match="not created by recemb"):
+        CollectionRecord.parse({"other": {}}, "c")
+
+
+def test_settings_come_from_the_record_where_none_are_requested():
+    kept = record(passage_tokens=64, passage_overlap=8, max_tokens=1000)
+    assert reconcile_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english")
+    assert reconcile_settings(None, RequestedSettings(passage_tokens=32)) == SyncSettings(32, 0, None, True)
+    assert reconcile_settings(record(sparse={"language": "german"}), RequestedSettings()).sparse_language == "german"
+
+
+def test_a_requested_setting_that_contradicts_the_record_is_a_conflict():
+    with pytest.raises(SettingsConflict) as caught:
+        reconcile_settings(record(passage_tokens=64, passage_overlap=0), RequestedSettings(passage_tokens=32))
+    assert (caught.value.key, caught.value.recorded, caught.value.requested) == ("passage_tokens", 64, 32)
+    with pytest.raises(SettingsConflict, match="BM25") as caught:
+        reconcile_settings(record(), RequestedSettings(sparse=False))
+    assert caught.value.key == "sparse"
+    legacy = record(layout=1, sparse=None)
+    with pytest.raises(CollectionMismatchError, match="recemb 0.1"):
+        reconcile_settings(legacy, RequestedSettings())
+    assert reconcile_settings(legacy, RequestedSettings(sparse=False)).sparse is False
+    # A rebuild takes what is requested, the record's passages where nothing is.
+    rebuilt = reconcile_settings(record(passage_tokens=64, passage_overlap=8), RequestedSettings(sparse=False),
+                                 rebuild=True)
+    assert rebuilt == SyncSettings(64, 8, None, False)
+    with pytest.raises(ValueError, match="passage_overlap"):
+        reconcile_settings(None, RequestedSettings(passage_tokens=8, passage_overlap=8))
+
+
+def test_the_record_names_what_differs_from_a_model():
+    kept = record()
+    assert kept.model_problems("m", "f", 8, 8) == []
+    assert "dimension" in kept.model_problems("m", "f", 16, None)[0]
+    assert "other weights" in kept.model_problems("m", "g", 8, None)[0]
+    assert kept.refusal() is None
+    assert "migrate" in record(migration={"state": "copying"}).refusal()
+    assert "rebuild" in record(rebuild={"state": "copying"}).refusal()
+
+
+# ---------------------------------------------------------------------- the plan
+def entries_of(docs):
+    entries, failed = read_entries(docs)
+    assert failed == []
+    return entries
+
+
+def test_the_plan_sorts_documents_by_what_the_collection_holds():
+    docs = entries_of(DOCS[:4])
+    stored = StoredDocuments(
+        documents={"d0.txt": (content_hash(DOCS[0].text), {"n": 0}),   # unchanged
+                   "d1.txt": (content_hash(DOCS[1].text), {"n": -1}),  # metadata changed
+                   "d2.txt": ("old hash", {"n": 2}),                   # text changed
+                   "gone.txt": ("x", {})},                             # not among the documents
+        seen={"d0.txt": "", "d1.txt": None, "d2.txt": "", "gone.txt": "", "other/x.txt": "other/"})
+    plan = plan_sync("c", docs, [], [], stored, "", True, (), False)
+    assert [(e.id, action) for e, action in plan.to_embed] == [("d2.txt", "updated"), ("d3.txt", "added")]
+    assert [e.id for e in plan.metadata_updates] == ["d1.txt"] and plan.unchanged == 1
+    assert plan.unstamped == ["d1.txt"]  # written before points recorded their root
+    assert plan.stale == ["gone.txt"] and plan.deleted == 1  # another root's "other/x.txt" is not this sync's
+
+
+def test_the_plan_refuses_to_delete_most_of_a_collection():
+    stored = StoredDocuments({f"old{i}": ("h", {}) for i in range(10)}, {f"old{i}": "" for i in range(10)})
+    with pytest.raises(MassDeletionError, match="would delete 10 of the 10"):
+        plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), False)
+    assert len(plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), True).stale) == 10
+
+
+# ---------------------------------------------------------------------- the writes, as data
+class Collecting:
+    """An executor that makes the writes here but only keeps them, as a Ray actor does, then sends them."""
+
+    def __init__(self):
+        self.writes = []
+
+    def run(self, job, tasks, embedder, emit, on_outcome, show_progress_bar=False):
+        outcomes = []
+        LocalExecutor().run(job, tasks, embedder, self.writes.append, outcomes.append)
+        for write in self.writes:
+            emit(write)
+        for outcome in outcomes:
+            on_outcome(outcome)
+
+
+def snapshot(store, collection="docs"):
+    points, _ = store.scroll(collection, limit=10_000, with_payload=True, with_vectors=True)
+    return {p.id: (p.payload, p.vector) for p in points}
+
+
+@pytest.mark.parametrize("kind", ["local", "edge"])
+def test_writes_made_elsewhere_and_sent_later_give_the_same_collection(tmp_path, tiny_embedder, kind):
+    if kind == "edge":
+        pytest.importorskip("qdrant_edge")
+    settings = dict(passage_tokens=6, passage_overlap=2, store_text=True)
+    with open_store(path=tmp_path / "a", kind=kind) as here, open_store(path=tmp_path / "b", kind=kind) as there:
+        direct = QdrantSync(here, "docs", tiny_embedder, **settings).sync(DOCS)
+        executor = Collecting()
+        relayed = QdrantSync(there, "docs", tiny_embedder, **settings).sync(DOCS, executor=executor)
+        assert relayed.added == direct.added == 6 and relayed.embedded_tokens == direct.embedded_tokens
+        # Each document's own point (the one with its hash) is written after all of its passages.
+        last_passage, own = {}, {}
+        for i, write in enumerate(w for w in executor.writes if isinstance(w, Upsert)):
+            for point in write.points:
+                doc_id = point.payload["document_id"]
+                if point.payload["kind"] == "passage":
+                    last_passage[doc_id] = i
+                else:
+                    own[doc_id] = i
+        assert sorted(own) == sorted(last_passage) == sorted(d.id for d in DOCS)
+        assert all(own[d] > last_passage[d] for d in own)
+        assert snapshot(here) == snapshot(there)
+        edited = [Document(d.id, d.text[: len(d.text) // 2], d.metadata) for d in DOCS]
+        executor = Collecting()
+        QdrantSync(there, "docs", tiny_embedder, **settings).sync(edited, executor=executor)
+        QdrantSync(here, "docs", tiny_embedder, **settings).sync(edited)
+        assert Delete in {type(w) for w in executor.writes}  # the shortened documents' surplus passages
+        assert snapshot(here) == snapshot(there)
+
+
+# ---------------------------------------------------------------------- one read, one scan
+class Counting:
+    """A store that counts record reads and scans of document payloads."""
+
+    def __init__(self, inner):
+        self.inner, self.infos, self.scans = inner, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def collection_info(self, *args, **kwargs):
+        self.infos += 1
+        return self.inner.collection_info(*args, **kwargs)
+
+    def scroll(self, collection, *args, **kwargs):
+        points, offset = self.inner.scroll(collection, *args, **kwargs)
+        if "content_hash" in (kwargs.get("with_payload") or ()) and kwargs.get("offset") is None:
+            self.scans += 1
+        return points, offset
+
+
+def test_a_sync_given_the_record_and_the_scan_reads_neither_again(tmp_path, tiny_embedder):
+    from recemb_integrations.qdrant import read_record
+
+    with open_store(path=tmp_path / "s", kind="local") as inner:
+        QdrantSync(inner, "docs", tiny_embedder).sync(DOCS[:3])
+        store = Counting(inner)
+        found = read_record(store, "docs")
+        assert store.infos == 1
+        sync = QdrantSync(store, "docs", tiny_embedder, **found.settings.as_kwargs(), record=found)
+        stored = sync.scan()
+        report = sync.sync(DOCS, stored=stored)
+        assert (report.added, report.unchanged) == (3, 3)
+        assert (store.infos, store.scans) == (1, 1)
+        # Without them, the sync reads the record and scans once each.
+        store.infos = store.scans = 0
+        QdrantSync(store, "docs", tiny_embedder).sync(DOCS)
+        assert (store.infos, store.scans) == (1, 1)
