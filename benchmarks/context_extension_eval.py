@@ -138,7 +138,8 @@ def main(argv=None) -> int:
     emb = Embedder.from_pretrained(folder, device="cpu")
     sample = " ".join(words[10_000:12_000])
     tokens_per_word = len(emb.tokenize([sample])[0]) / 2000
-    tasks_data = {(t, L): build_task(words, tokens_per_word, L, args.docs, t, args.seed) for t in tasks for L in lengths}
+    tasks_data = {(t, L): build_task(words, tokens_per_word, L, args.docs, t, args.seed)
+                  for t in tasks for L in lengths}
 
     systems = {f"recemb ({m})": m for m in MODES}
     for label, mode in systems.items():

@@ -93,7 +93,8 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\n| store | corpus | first sync | its peak RSS | unchanged re-sync | its peak RSS | target < {TARGET_MIB} MiB |")
+    print(f"\n| store | corpus | first sync | its peak RSS | unchanged re-sync | its peak RSS "
+          f"| target < {TARGET_MIB} MiB |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         worst = max(r["first"]["peak_rss_mib"], r["unchanged"]["peak_rss_mib"])

@@ -26,7 +26,8 @@ from qdrant_client import models as qm
 from recemb_integrations.stores import SearchRequest, StoredPoint
 from recemb_integrations.stores.edge import EdgeStore
 
-cache = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else sorted(glob.glob("/tmp/recemb-store-scale-cache/*short*/vectors.npy.bin"))[0]
+cache = (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2]
+         else sorted(glob.glob("/tmp/recemb-store-scale-cache/*short*/vectors.npy.bin"))[0])
 raw = np.fromfile(cache, dtype=np.float32)
 real = raw[: (raw.size // 256) * 256].reshape(-1, 256)
 real = real[np.linalg.norm(real, axis=1) > 0.5]
@@ -38,7 +39,8 @@ fill = N - len(real)
 i, j = rng.integers(0, len(real), fill), rng.integers(0, len(real), fill)
 a = rng.uniform(0.2, 0.8, (fill, 1)).astype(np.float32)
 mix = a * real[i] + (1 - a) * real[j] + 0.02 * rng.standard_normal((fill, 256)).astype(np.float32)
-X = np.concatenate([real, mix]); del mix
+X = np.concatenate([real, mix])
+del mix
 X /= np.linalg.norm(X, axis=1, keepdims=True)
 print(f"{N:,} points: {len(real):,} real embeddings, {fill:,} mixtures", flush=True)
 path = "/tmp/edge_million"
@@ -50,13 +52,20 @@ for key, schema in (("document_id", "keyword"), ("kind", "keyword"), ("group", "
     store.create_payload_index("m", key, schema)
 t = time.time()
 for s in range(0, N, 1024):
-    store.upsert("m", [StoredPoint(str(uuid.UUID(int=k + 1)), {"document_id": f"d{k}", "kind": "passage", "group": k % 10,
-                                   "tag": k % 10}, {"dense": X[k].tolist()}) for k in range(s, min(N, s + 1024))])
-up = time.time() - t; print(f"upsert {up:.0f} s", flush=True)
-t = time.time(); store.optimize("m", show_progress_bar=False, force=True); opt = time.time() - t
+    store.upsert("m", [StoredPoint(str(uuid.UUID(int=k + 1)),
+                                   {"document_id": f"d{k}", "kind": "passage", "group": k % 10, "tag": k % 10},
+                                   {"dense": X[k].tolist()}) for k in range(s, min(N, s + 1024))])
+up = time.time() - t
+print(f"upsert {up:.0f} s", flush=True)
+t = time.time()
+store.optimize("m", show_progress_bar=False, force=True)
+opt = time.time() - t
 print(f"optimize {opt:.0f} s", flush=True)
 store.close()
-t = time.time(); store = EdgeStore(path); store.count("m"); reopen = time.time() - t
+t = time.time()
+store = EdgeStore(path)
+store.count("m")
+reopen = time.time() - t
 size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file()) / 1e6
 groups = np.arange(N) % 10
 import recemb_integrations.stores.edge as edge_module  # noqa: E402
@@ -65,8 +74,10 @@ rows = {}
 for ef in [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else str(edge_module.HNSW_EF)).split(",")]:
     edge_module.HNSW_EF = ef  # read at query time
     for name, flt in (("unfiltered", None),
-                      ("filtered, indexed (group = 3)", qm.Filter(must=[qm.FieldCondition(key="group", match=qm.MatchValue(value=3))])),
-                      ("filtered, no index (tag = 3, ACORN)", qm.Filter(must=[qm.FieldCondition(key="tag", match=qm.MatchValue(value=3))]))):
+                      ("filtered, indexed (group = 3)",
+                       qm.Filter(must=[qm.FieldCondition(key="group", match=qm.MatchValue(value=3))])),
+                      ("filtered, no index (tag = 3, ACORN)",
+                       qm.Filter(must=[qm.FieldCondition(key="tag", match=qm.MatchValue(value=3))]))):
         lat, rec = [], []
         for q in queries:
             sc = X @ q
@@ -81,7 +92,8 @@ for ef in [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else str(edge_modul
                       "p95_ms": round(float(np.percentile(lat, 95)) * 1e3, 2),
                       "recall@10": round(float(np.mean(rec)), 4)}
         print(ef, name, rows[f"ef {ef}: {name}"], flush=True)
-out = {"points": N, "real": len(real), "upsert_s": round(up, 1), "optimize_s": round(opt, 1), "reopen_s": round(reopen, 2),
-       "store_mb": round(size), "peak_rss_mib": round(proc.memory_info().rss / 2**20), "rows": rows}
+out = {"points": N, "real": len(real), "upsert_s": round(up, 1), "optimize_s": round(opt, 1),
+       "reopen_s": round(reopen, 2), "store_mb": round(size), "peak_rss_mib": round(proc.memory_info().rss / 2**20),
+       "rows": rows}
 print(json.dumps(out))
 Path(__file__).resolve().parent.joinpath("results", "edge_million.json").write_text(json.dumps(out, indent=1) + "\n")

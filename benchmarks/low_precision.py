@@ -200,7 +200,8 @@ def markdown(result: dict) -> str:
         for mode, scores in q["ndcg@10"].items():
             delta = scores["mean"] - q["ndcg@10"]["fp32"]["mean"]
             lines.append(f"| {mode} | " + " | ".join(f"{scores[c]:.4f}" for c in colls) +
-                         f" | {scores['mean']:.4f} | {delta:+.4f} | {min(q['min_cosine_to_fp32'][mode].values()):.5f} |")
+                         f" | {scores['mean']:.4f} | {delta:+.4f} | "
+                         f"{min(q['min_cosine_to_fp32'][mode].values()):.5f} |")
     return "\n".join(lines)
 
 

@@ -127,7 +127,8 @@ def main() -> None:
     base = rows[0]["tokens_per_s"]
     for r in rows:
         print(f"| {r['mode']} | {r['actors'] or '-'} | {r['seconds']:.1f} | {r['tokens']:,} | "
-              f"{r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / base:.2f}× | {r['write_s']:.1f} | {r['first_document_s'] or 0:.1f} | "
+              f"{r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / base:.2f}× | {r['write_s']:.1f} | "
+              f"{r['first_document_s'] or 0:.1f} | "
               f"{r.get('ray_init_s', 0):.1f} | {r['points']:,} |")
 
 

@@ -73,7 +73,8 @@ def run_point(method: str, folder: str, T: int, V: int, threads: int, repeats: i
             times.append(time.perf_counter() - start)
         seconds = min(times)
     return dict(method=method, T=T, V=V if method == "vertical" else None, seconds=seconds,
-                tokens_per_s=T / seconds, runs=len(times), peak_rss_mib=peak_rss_mib(), activation_peak_mib=peak_rss_mib() - loaded,
+                tokens_per_s=T / seconds, runs=len(times), peak_rss_mib=peak_rss_mib(),
+                activation_peak_mib=peak_rss_mib() - loaded,
                 rss_after_warmup_mib=loaded, finite=bool(torch.isfinite(out).all()))
 
 
@@ -125,7 +126,8 @@ def _row(r: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = "| method | T | tokens/s | seconds | peak RSS (MiB) | peak above warmed-up model (MiB) |\n|---|---|---|---|---|---|"
+    head = ("| method | T | tokens/s | seconds | peak RSS (MiB) | peak above warmed-up model (MiB) |\n"
+            "|---|---|---|---|---|---|")
     return "\n".join([head] + [_row(r) for r in rows])
 
 

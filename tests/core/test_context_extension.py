@@ -70,7 +70,8 @@ def test_zero_delta_removes_the_token_from_that_heads_recurrence_only():
 def test_delta_control_scales_then_filters_global_heads_strictly():
     dt = torch.tensor([[[0.2, 0.2, 0.005], [0.5, 0.1, 0.3]]])  # (b=1, l=2, h=3)
     thr = torch.tensor([[0.3, 0.3, 0.3]])  # compared with the *scaled* Δ
-    out = apply_delta_control(dt, DeltaControl(scale=1.5, threshold=thr, global_heads=torch.tensor([True, False, True])))
+    out = apply_delta_control(dt, DeltaControl(scale=1.5, threshold=thr,
+                                               global_heads=torch.tensor([True, False, True])))
     # scaled: [[0.3, 0.3, 0.0075], [0.75, 0.15, 0.45]]; head 0 drops 0.3 (<= is dropped), head 1 is local.
     expected = torch.tensor([[[0.0, 0.3, 0.0], [0.75, 0.15, 0.45]]])
     assert torch.allclose(out, expected)
@@ -189,7 +190,8 @@ def test_filter_equals_the_skip_loop_inside_the_model(model):
 
     handle = mixer.register_forward_hook(grab)
     try:
-        h, _ = model.forward_chunk(ids, None, ChunkRun(backend="torch", deltas=model.delta_controls(torch.tensor([40]))))
+        h, _ = model.forward_chunk(ids, None,
+                                   ChunkRun(backend="torch", deltas=model.delta_controls(torch.tensor([40]))))
     finally:
         handle.remove()
     # Recompute layer 0's scan by the skip loop from the same projections.

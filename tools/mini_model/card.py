@@ -18,7 +18,8 @@ def _timing(s: dict) -> str:
         return (f"{s['total_seconds'] / 60:.0f} min, with the teacher's targets reused from the work folder's cache "
                 f"(computing them took {teacher:.0f} min, so about {s['total_seconds'] / 60 + teacher:.0f} min from "
                 f"scratch)")
-    return f"{s['total_seconds'] / 60:.0f} min in all ({s['teacher_seconds'] / 60:.0f} min of it the teacher's embeddings)"
+    return (f"{s['total_seconds'] / 60:.0f} min in all ({s['teacher_seconds'] / 60:.0f} min of it the teacher's "
+            f"embeddings)")
 
 
 def _history(summary: dict) -> str:
@@ -90,7 +91,8 @@ bash scripts/install.sh train && python -m tools.mini_model --out recemb/models/
   decay after {s["config"]["warmup_steps"]} warm-up steps, weight decay {s["config"]["weight_decay"]}, batch
   {s["config"]["batch_size"]} pairs, {s["config"]["epochs"]} epoch = {s["steps"]} steps, max length
   {s["config"]["max_length"]} tokens, full fine-tuning, seed {s["seed"]}.
-- Time on 2 CPU cores: {_timing(s)}. Final logged loss {s["final_logged_loss"]:.4f} (mean over training {s["train_loss"]:.4f}).
+- Time on 2 CPU cores: {_timing(s)}. Final logged loss {s["final_logged_loss"]:.4f} (mean over training \
+{s["train_loss"]:.4f}).
   The loss curve is in `training.json`.
 """
     if evaluation:
