@@ -210,20 +210,27 @@ class Embedder:
         return self.context_extension != "off"
 
     def tokenize_stream(self, text: str, prompt: str | None = None, max_length: int | None = None,
-                        on_chars=None) -> TokenStream:
+                        on_chars=None, offsets: bool = False) -> TokenStream:
         """The ids of ``tokenize([text], prompt, max_length)[0]`` as bounded pieces, computed lazily on text
         windows; ``on_chars(n)`` reports progress in characters. ``.truncated`` tells whether the limit cut it,
-        ``.notes`` what bounding the memory took (a stretch read no further, words made the unknown token)."""
+        ``.notes`` what bounding the memory took (a stretch read no further, words made the unknown token).
+
+        ``offsets``: pieces are ``(ids, spans)``, each token's ``(start, end)`` characters or None (BOS, CLS, SEP,
+        EOS; see ``TextTokenizer.encode``), truncated with the ids. With a prompt the spans index ``prompt + text``
+        (subtract ``len(prompt)`` for ``text``'s own). Needs a fast tokenizer (``ValueError`` otherwise)."""
         if self.tokenizer is None:
             self.tokenize([])  # the error that names the missing tokenizer
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
+        if offsets and not self.tokenizer.has_offsets:  # now, not as a TokenizationError from inside the stream
+            raise ValueError("offsets need a fast (tokenizers-backed) tokenizer, and this model's is not one")
         notes: list[str] = []
-        pieces = self.tokenizer.encode_stream(prompt + text if prompt else text, on_chars=on_chars, notes=notes)
+        pieces = self.tokenizer.encode_stream(prompt + text if prompt else text, on_chars=on_chars, notes=notes,
+                                              offsets=offsets)
         limit = _check_positive("max_length", max_length) or self.max_length
-        return TokenStream(pieces, self.tokenizer.eos_token_id, limit, notes=notes)
+        return TokenStream(pieces, self.tokenizer.eos_token_id, limit, notes=notes, spans=offsets)
 
     def encode_stream(self, text: str, prompt: str | None = None, normalize: bool = True,
                       max_length: int | None = None, vertical_chunk_size: int | None = None,

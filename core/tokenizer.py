@@ -7,9 +7,13 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from itertools import takewhile
 from pathlib import Path
 
-__all__ = ["STREAM_MAX_PIECE_CHARS", "TextTokenizer"]
+__all__ = ["STREAM_MAX_PIECE_CHARS", "Span", "TextTokenizer"]
+
+# A token's characters in its text, text[start:end]; None for a token that covers none (BOS, CLS, SEP, the EOS).
+Span = tuple[int, int] | None
 
 # Character-local normalizers: each character is mapped alone (the NF* forms also compose and reorder, but
 # never across a U+0020: combining class 0, composes with nothing), and U+0020 stays U+0020. The flag:
@@ -30,6 +34,11 @@ _WORD_KEEPING = {"BertNormalizer", "Lowercase", "NFC", "NFD", "StripAccents"}
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf\U0002f800-\U0002fa1f"
 _SPLIT_CANDIDATE = re.compile(f"[\\W_{_CJK}]")  # a character a split may follow or precede
 _LETTERS = f"[^\\W_{_CJK}]"  # letters and digits: never split from each other by a pair splitter
+# Post-processors that trim a token's leading space out of its offsets except on a text's first token (when they
+# also add a prefix space): a window's first token would keep the space that the whole text trims.
+_TRIMMING_PROCESSORS = {"ByteLevel", "RobertaProcessing"}
+# A word's first and last characters are decided by the tokenizer on this many characters at each end.
+_WORD_EDGE_CHARS = 32
 # A stretch this long without an exact cut is not tokenized in one piece (memory grows with it): a WordPiece word
 # longer than its limit is the unknown token it always is, anything else is read no further (and said so).
 STREAM_MAX_PIECE_CHARS = 1 << 21
@@ -79,13 +88,46 @@ class TextTokenizer:
 
         return cls(AutoTokenizer.from_pretrained(str(name_or_path), **hub), eos_token_id)
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
+    def encode(self, texts: list[str], offsets: bool = False
+               ) -> list[list[int]] | list[tuple[list[int], list[Span]]]:
+        """Ids per text, ending in exactly one EOS.
+
+        ``offsets``: per text ``(ids, spans)`` instead, the same ids and each token's ``(start, end)`` in its text
+        as the tokenizer reports it (``text[start:end]``), or None for a token that covers no text: those the
+        post-processor puts around the text (BOS, CLS, SEP) and the EOS appended here. A special token written in
+        the text keeps its span. Needs a fast tokenizer (``ValueError`` otherwise).
+        """
         if not texts:
             return []
+        if offsets:
+            return self._encode_with_spans(list(texts))
         ids = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
         if not self.appends_eos:
             ids = [seq + [self.eos_token_id] for seq in ids]
         return ids
+
+    @property
+    def has_offsets(self) -> bool:
+        """Whether the tokenizer reports character offsets (a fast tokenizer does, a slow one does not)."""
+        return bool(getattr(self.tokenizer, "is_fast", False))
+
+    def _check_offsets(self) -> None:
+        if not self.has_offsets:
+            raise ValueError(f"character offsets need a fast tokenizer (tokenizers-backed); "
+                             f"{type(self.tokenizer).__name__} is not one")
+
+    def _encode_with_spans(self, texts: list[str]) -> list[tuple[list[int], list[Span]]]:
+        self._check_offsets()
+        enc = self.tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True)
+        out = []
+        for i, ids in enumerate(enc["input_ids"]):
+            # The post-processor's own tokens belong to no sequence; the text's tokens, literal specials too, to 0.
+            spans = [None if seq is None else (int(span[0]), int(span[1]))
+                     for span, seq in zip(enc["offset_mapping"][i], enc.sequence_ids(i))]
+            if not self.appends_eos:
+                ids, spans = ids + [self.eos_token_id], spans + [None]
+            out.append((ids, spans))
+        return out
 
     def save(self, folder: str | os.PathLike) -> None:
         self.tokenizer.save_pretrained(str(folder))
@@ -93,9 +135,16 @@ class TextTokenizer:
     def encode_stream(self, text: str, window_chars: int = 1 << 18,
                       on_chars: Callable[[int], None] | None = None,
                       max_piece_chars: int | None = None,
-                      notes: list[str] | None = None) -> Iterator[list[int]]:
+                      notes: list[str] | None = None,
+                      offsets: bool = False) -> Iterator[list[int]] | Iterator[tuple[list[int], list[Span]]]:
         """Token ids of one text as consecutive pieces; joined, they equal ``self.encode([text])[0]`` exactly
         (but see "Bounded" below).
+
+        ``offsets``: each piece is ``(ids, spans)``, spans into the whole ``text``; joined, they equal
+        ``self.encode([text], offsets=True)[0]`` exactly, on every path below (a word made the unknown token spans
+        that word, as in the whole text). Offsets do not change across a cut, with one exception that is undone:
+        a post-processor that trims spaces out of offsets but keeps a text's first token's prefix space (ByteLevel
+        or RobertaProcessing with trim_offsets and add_prefix_space) would keep it on each window's first token.
 
         The tokenizer runs on windows of about ``window_chars`` characters without special tokens (the
         post-processor's prefix goes on the first piece, its suffix and the appended EOS on the last), so
@@ -126,17 +175,19 @@ class TextTokenizer:
         without an admissible cut is not tokenized as one piece. In a WordPiece pipeline a word (a run of letters
         and digits) longer than the model's ``max_input_chars_per_word`` is its unknown token whatever it holds, so
         such a word is given that token without being tokenized: still exact. Otherwise the text is read no further
-        than ``max_piece_chars`` past the last cut: the ids are those of the text cut there, and a line in
+        than ``max_piece_chars`` past the last cut: the ids (and spans) are those of the text cut there, and a line in
         ``notes`` (a list, if given) says so, as it says how many words became the unknown token. Other pipelines
         (``streamable`` False) get the whole ``encode`` in one piece: still exact, not bounded.
         """
         if window_chars < 1:
             raise ValueError(f"window_chars must be >= 1, got {window_chars}")
+        if offsets:
+            self._check_offsets()
         n = len(text)
         if not self.streamable or n <= window_chars:
             if on_chars is not None:
                 on_chars(n)
-            yield self.encode([text])[0]
+            yield self.encode([text], offsets=offsets)[0]
             return
         reach = max(STREAM_MAX_PIECE_CHARS if max_piece_chars is None else max_piece_chars, window_chars)
         start, unknown_words, unknown_chars = 0, 0, 0
@@ -146,19 +197,25 @@ class TextTokenizer:
             if cut is None and n - start <= reach:  # the rest is one piece of bounded size
                 cut = n
             word = self._long_word(text, start, start + reach) if cut is None else None
+            spans = None
             if cut is not None and start == 0 and cut == n:  # no admissible cut at all
-                ids = self.encode([text])[0]
+                ids, spans = self.encode([text], offsets=True)[0] if offsets else (self.encode([text])[0], None)
             elif cut is not None:
-                ids = self._piece(text, start, cut)
+                ids, spans = self._piece(text, start, cut, offsets=offsets)
             elif word is not None:  # the text before the word, then the word as the unknown token
-                ids = self._piece(text, start, word[0], end=False) + [self._unknown_word[1]]
+                ids, spans = self._piece(text, start, word[0], end=False, offsets=offsets)
+                ids = ids + [self._unknown_word[1]]
+                if offsets:
+                    spans = spans + [self._word_span(text, *word)]
                 cut = word[1]
                 unknown_words, unknown_chars = unknown_words + 1, unknown_chars + cut - word[0]
                 if cut == n:
-                    ids += self._suffix
+                    ids = ids + self._suffix
+                    if offsets:
+                        spans = spans + [None] * len(self._suffix)
             else:  # read no further: the ids of the text cut here
                 end = min(n, start + reach)
-                ids = self._piece(text, start, end, end=True)
+                ids, spans = self._piece(text, start, end, end=True, offsets=offsets)
                 if notes is not None:
                     notes.append(f"only its first {end:,} of {n:,} characters were read: from character {start:,} "
                                  f"on, {reach:,} characters hold no place where this tokenizer can be cut exactly "
@@ -167,22 +224,45 @@ class TextTokenizer:
                 cut = n
             if on_chars is not None:
                 on_chars(cut - start)
-            yield ids
+            yield (ids, spans) if offsets else ids
             start = cut
         if unknown_words and notes is not None:
             notes.append(f"{unknown_words:,} word{'s' * (unknown_words > 1)} of more than "
                          f"{self._unknown_word[0]} characters ({unknown_chars:,} characters in all) became the "
                          "unknown token, as this tokenizer makes every word that long")
 
-    def _piece(self, text: str, start: int, cut: int, end: bool | None = None) -> list[int]:
+    def _piece(self, text: str, start: int, cut: int, end: bool | None = None, offsets: bool = False
+               ) -> tuple[list[int], list[Span] | None]:
         """The ids of text[start:cut] with the prefix on the first piece and, at the end (``end``, by default
-        whether ``cut`` is the text's end), the suffix."""
-        ids = self.tokenizer(text[start:cut], add_special_tokens=False)["input_ids"] if cut > start else []
+        whether ``cut`` is the text's end), the suffix; with ``offsets`` their spans in ``text`` (else None)."""
+        ids, spans = [], [] if offsets else None
+        if cut > start and not offsets:
+            ids = self.tokenizer(text[start:cut], add_special_tokens=False)["input_ids"]
+        elif cut > start:
+            enc = self.tokenizer(text[start:cut], add_special_tokens=False, return_offsets_mapping=True)
+            ids, spans = enc["input_ids"], [(start + int(a), start + int(b)) for a, b in enc["offset_mapping"]]
+            if start > 0 and self._trims_later_spaces:
+                spans = _trim_as_not_first(spans, enc.tokens(), start)
         if start == 0:
             ids = self._prefix + ids
+            if offsets:
+                spans = [None] * len(self._prefix) + spans
         if (cut == len(text)) if end is None else end:
             ids = ids + self._suffix
-        return ids
+            if offsets:
+                spans = spans + [None] * len(self._suffix)
+        return ids, spans
+
+    def _word_span(self, text: str, begin: int, end: int) -> tuple[int, int]:
+        """The span the whole text gives the unknown token of the word text[begin:end]: from its first normalized
+        character's origin to its last one's, asked of the tokenizer on a few characters at each end (NFC folds a
+        final combining mark into the letter before it, and that letter's span is the token's end)."""
+        head = self.tokenizer(text[begin:begin + _WORD_EDGE_CHARS], add_special_tokens=False,
+                              return_offsets_mapping=True)["offset_mapping"]
+        tail_start = max(begin, end - _WORD_EDGE_CHARS)
+        tail = self.tokenizer(text[tail_start:end], add_special_tokens=False,
+                              return_offsets_mapping=True)["offset_mapping"]
+        return begin + int(head[0][0]), tail_start + int(tail[-1][1])
 
     def _init_stream(self) -> None:
         """Decide once whether texts can be cut (see ``encode_stream``) and prepare the cut check."""
@@ -208,6 +288,7 @@ class TextTokenizer:
         self._added_normed = _literal_alternation(normed)
         self._pair_cuts = _splits_in_pairs(spec.get("pre_tokenizer"))
         self._pre_tokenize = backend.pre_tokenizer.pre_tokenize_str if self._pair_cuts else None
+        self._trims_later_spaces = _trims_later_spaces(spec.get("post_processor"))
         model = spec.get("model") or {}
         unk = model.get("unk_token")
         unk_id = backend.token_to_id(unk) if isinstance(unk, str) else None
@@ -267,7 +348,10 @@ class TextTokenizer:
 
     def _pair_split(self, text: str, p: int) -> bool:
         """Whether the pipeline splits between text[p - 1] and text[p] (normalized, then pre-tokenized)."""
-        left, right = text[p - 1], text[p]
+        return self._splits_between(text[p - 1], text[p])
+
+    def _splits_between(self, left: str, right: str) -> bool:
+        """Whether the pipeline splits between two characters that are next to each other once normalized."""
         if self._normalize is not None:
             left, right = self._normalize(left), self._normalize(right)
         if not left or not right:  # a dropped character: judged by its neighbours, conservatively never
@@ -283,15 +367,30 @@ class TextTokenizer:
         run = self._long_run.search(text, start)
         if run is None or run.start() > reach:
             return None
-        begin, end = run.start(), run.end()
-        while begin > start and not self._pair_split(text, begin):  # the word may hold more than the run
-            begin -= 1
-        while end < len(text) and not self._pair_split(text, end):
-            end += 1
+        # The word may hold more than the run. Characters the normalizer drops (controls, stripped marks) are
+        # skipped, as the pre-tokenizer never sees them: the word is judged by the characters on either side.
+        begin, end, n = run.start(), run.end(), len(text)
+        while True:
+            left = begin - 1
+            while left >= start and self._dropped(text[left]):
+                left -= 1
+            if left < start or self._splits_between(text[left], text[begin]):
+                break
+            begin = left
+        while True:
+            right = end
+            while right < n and self._dropped(text[right]):
+                right += 1
+            if right >= n or self._splits_between(text[end - 1], text[right]):
+                break
+            end = right + 1
         if self._added is not None and self._added.search(text, max(start, begin - self._added_len),
                                                           min(len(text), end + self._added_len)):
             return None  # an added token is matched first, inside the word or touching it
         return begin, end
+
+    def _dropped(self, char: str) -> bool:
+        return self._normalize is not None and not self._normalize(char)
 
     def _admissible(self, text: str, p: int) -> bool:
         """Whether a cut just before ``text[p]`` is safe (see ``encode_stream``): before a space between two
@@ -329,6 +428,30 @@ class TextTokenizer:
             if self._added_normed.search(left + right):
                 return False
         return self._added is None or not self._added.search(text, lo, hi)
+
+
+def _trims_later_spaces(spec: dict | None) -> bool:
+    """Whether the post-processor trims leading spaces out of every token's offsets but a text's first token's."""
+    if spec is None:
+        return False
+    if spec.get("type") == "Sequence":
+        return any(_trims_later_spaces(s) for s in spec.get("processors") or ())
+    return (spec.get("type") in _TRIMMING_PROCESSORS and bool(spec.get("trim_offsets", True))
+            and bool(spec.get("add_prefix_space", True)))
+
+
+def _trim_as_not_first(spans: list[tuple[int, int]], tokens: list[str], start: int) -> list[tuple[int, int]]:
+    """A window's spans as the whole text has them where the post-processor left a window's first token's one
+    leading space in its span (``_trims_later_spaces``): in the whole text that token is not the first, and the
+    space is trimmed (a token of only that space then spans nothing, just after it)."""
+    spans = list(spans)
+    for i, ((a, b), token) in enumerate(zip(spans, tokens)):
+        if a != start:
+            break
+        leading = sum(1 for _ in takewhile(lambda c: c == "Ġ" or c.isspace(), token))
+        if leading == 1:  # more than one was trimmed already, as in the whole text
+            spans[i] = (a + 1, max(b, a + 1))
+    return spans
 
 
 def _literal_alternation(strings: list[str]) -> re.Pattern | None:

@@ -3,7 +3,8 @@
     python3 examples/qdrant_sync.py [--model PATH_OR_ID]
 
 Runs the real `recemb sync` / `recemb search` commands with the bundled default model, recemb-mamba2-mini
-(distilled here from all-MiniLM-L6-v2; no download), hybrid (dense + BM25) with passages as evidence. Then the same
+(distilled here from all-MiniLM-L6-v2; no download), hybrid (dense + BM25), with passages of the longer documents
+(the default): under each hit the search prints the original text that matched and its line. Then the same
 folder sync in Python (`folder_sources` + `QdrantSync`) into a second collection, which holds the same documents.
 Run it twice: the second run embeds nothing, because no document changed.
 """
@@ -37,10 +38,11 @@ common = ["--qdrant-path", str(WORK / "store"), "--collection", "examples"]
 if args.model:
     common += ["--model", args.model]
 print("$ recemb sync examples/documents")
-# Passages of 64 tokens: a search shows the passage that matched under each document (hybrid: dense + BM25).
-code = recemb(["sync", str(HERE / "documents"), "--store-text", "--passage-tokens", "64", "--passage-overlap", "16",
-               *common])
-for query in ("how does memory stay constant for long inputs?", "when are tides strongest?"):
+# The default settings: hybrid (dense + BM25), and passages of 128 tokens for documents longer than that (here
+# lighthouses.md), each recording where it is in its file; the texts stay in the files (no --store-text).
+code = recemb(["sync", str(HERE / "documents"), *common])
+for query in ("how does memory stay constant for long inputs?", "when are tides strongest?",
+              "how can a sailor tell one lighthouse from another?"):
     print(f"\n$ recemb search {query!r}")
     code = recemb(["search", query, "--limit", "3", *common]) or code
 
@@ -51,8 +53,8 @@ print(f"found {len(found.files)} files: {', '.join(found.ids)}; missing {len(fou
       f"{len(found.skipped)}")
 embedder = Embedder.from_pretrained(args.model or os.environ.get("RECEMB_MODEL") or DEFAULT_MODEL)
 with open_store(path=WORK / "store") as store:
-    sync = QdrantSync(store, "examples-python", embedder, store_text=True, passage_tokens=64, passage_overlap=16,
-                      index_metadata=FILE_METADATA_INDEXES)  # the settings of the command above
+    sync = QdrantSync(store, "examples-python", embedder,
+                      index_metadata=FILE_METADATA_INDEXES)  # the defaults, as the command above
     report = sync.sync(found.sources, scope=found.scope)
     print(f"examples-python: {report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
           f"{report.deleted} deleted, {len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded)")

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = ["DOCUMENT_SUFFIXES", "ExtractionError", "FORMAT_SUFFIXES", "TEXT_SUFFIXES", "extract_text",
-    "extractor_available", "metadata_for"]
+    "extractor_available", "metadata_for", "pdf_page_starts"]
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 FORMAT_SUFFIXES: dict[str, str] = {
@@ -134,6 +134,25 @@ def metadata_for(path: str | os.PathLike) -> dict:
     return meta
 
 
+def pdf_page_starts(path: str | os.PathLike) -> list[tuple[int, int]]:
+    """Where each page's text starts in ``extract_text(path)`` of a PDF: (page number from 1, offset in that text),
+    ascending, for the pages that add text (blank and scanned pages add none and are left out). The text at an
+    offset is what that page holds: both come from one reading of the pages.
+
+    Raises ExtractionError for a file that is not a PDF (by its suffix) and as ``extract_text`` does; an OSError
+    from reading the file propagates unchanged."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if FORMAT_SUFFIXES.get(suffix) != "PDF":
+        raise ExtractionError(f"page starts are read from PDF files, not {_describe(suffix)} files")
+    library = _import_library("PDF", suffix)
+    starts, offset = [], 0
+    for number, text in _pdf_pages(library, path.read_bytes()):
+        starts.append((number, offset))
+        offset += len(text) + len(_PAGE_SEPARATOR)
+    return starts
+
+
 # ---------------------------------------------------------------------- shared helpers
 def _describe(suffix: str) -> str:
     return f"'{suffix}'" if suffix else "suffix-less"
@@ -183,9 +202,17 @@ _PDFIUM_LOCK = threading.Lock()
 # PDFium replaces a hyphen that breaks a word at a line end by one of these (and drops the line break);
 # removing them rejoins the word, which is what a search for it needs.
 _PDFIUM_LINE_END_HYPHENS = str.maketrans("", "", "\x02\ufffe")
+# Between the texts of two pages in extract_text (and so in pdf_page_starts' offsets).
+_PAGE_SEPARATOR = "\n\n"
 
 
 def _pdf_text(pdfium: ModuleType, raw: bytes) -> str:
+    return _PAGE_SEPARATOR.join(text for _, text in _pdf_pages(pdfium, raw))
+
+
+def _pdf_pages(pdfium: ModuleType, raw: bytes) -> list[tuple[int, str]]:
+    """(page number from 1, tidied text) of each page with text, in order: the one source of ``extract_text``'s PDF
+    text and of ``pdf_page_starts``, so the two cannot disagree."""
     with _PDFIUM_LOCK:
         try:
             document = pdfium.PdfDocument(raw)
@@ -206,7 +233,8 @@ def _pdf_text(pdfium: ModuleType, raw: bytes) -> str:
         finally:
             document.close()
     # an empty page (a blank or scanned one) adds nothing, not an extra blank line
-    return "\n\n".join(t for t in (_tidy(p) for p in pages) if t)
+    tidied = ((number, _tidy(text)) for number, text in enumerate(pages, 1))
+    return [(number, text) for number, text in tidied if text]
 
 
 def _pdf_open_failure(error: Exception) -> str:

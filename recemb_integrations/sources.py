@@ -9,7 +9,8 @@
 
 A document id is the file's path relative to the argument it was found under, so a moved folder or another checkout
 keeps its ids (see ``FolderSources``). Files are read only when the sync asks: hashed in pieces on its first pass,
-read again only to be embedded.
+read again only to be embedded. Search reads a file again by the path its metadata records (``read_unchanged``) to
+show the text around a hit, if the file has not changed since.
 
 Nothing here loads a model: listing, reading and hashing files needs none. The main job's ``DocumentSource`` (whose
 module loads the model) is imported only where ``sources`` are built.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import hashlib
 import os
 import stat
 from collections.abc import Iterable
@@ -29,12 +31,13 @@ from typing import Any
 from recemb_integrations.formats import DOCUMENT_SUFFIXES, FORMAT_SUFFIXES
 
 __all__ = ["FILE_METADATA_INDEXES", "VIRTUAL_FOLDERS", "FolderSources", "clean_id_prefix", "document_sources",
-           "file_metadata", "folder_sources", "read_text", "real_path", "text_fingerprint"]
+           "file_metadata", "folder_sources", "read_text", "read_unchanged", "real_path", "text_fingerprint"]
 
 # The kernel's virtual filesystems: their files are the running system, not documents, and walking them never ends.
 VIRTUAL_FOLDERS = ("/proc", "/sys", "/dev")
-# The metadata a sync gives each file (``file_metadata``), indexed so a filter such as suffix=.md is fast on every
-# store: pass it as ``QdrantSync(..., index_metadata=FILE_METADATA_INDEXES)``.
+# The metadata a sync gives each file (``file_metadata``) that searches filter by, indexed so a filter such as
+# suffix=.md is fast on every store: pass it as ``QdrantSync(..., index_metadata=FILE_METADATA_INDEXES)``. Its
+# ``path`` is not indexed: it is read back from a hit, not filtered by.
 FILE_METADATA_INDEXES = {"file_name": "keyword", "suffix": "keyword", "bytes": "integer"}
 
 
@@ -133,8 +136,10 @@ def real_path(path: Path | str) -> str:
 
 
 def file_metadata(path: Path, size: int) -> dict[str, Any]:
-    """The metadata a sync stores with a file of ``size`` bytes (the keys of ``FILE_METADATA_INDEXES``)."""
-    return {"file_name": path.name, "suffix": path.suffix.lower(), "bytes": size}
+    """The metadata a sync stores with a file of ``size`` bytes: the keys of ``FILE_METADATA_INDEXES`` and ``path``,
+    the absolute path the sync reads it by (search reads an unchanged file there again, ``read_unchanged``, where
+    the collection stores no texts; a moved folder updates it)."""
+    return {"file_name": path.name, "suffix": path.suffix.lower(), "bytes": size, "path": str(path.absolute())}
 
 
 def document_sources(files: Iterable[Path], ids: Iterable[str]) -> list:
@@ -172,6 +177,34 @@ def read_text(path: Path) -> str:
     if "\x00" in text:  # valid UTF-8, but not text: UTF-16 without a byte-order mark, or a binary file
         raise ValueError(_nul_error(raw.index(b"\x00"), raw[:64]))
     return text
+
+
+def read_unchanged(path: str | os.PathLike[str], content_hash: str) -> str | None:
+    """The text of the file at ``path`` (as ``read_text`` reads it) if its hash is still ``content_hash`` (the
+    ``content_hash`` a sync stored for it); None if it is gone, not a regular file, cannot be read or has changed.
+
+    A large UTF-8 file is hashed in pieces first (``text_fingerprint``) and read whole only if it matches."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO put in its place would block the read forever
+            return None
+        if st.st_size > _READ_WHOLE_UP_TO and path.suffix.lower() not in FORMAT_SUFFIXES:
+            if text_fingerprint(path)[0] != content_hash:
+                return None
+        text = read_text(path)
+    except (OSError, ValueError):  # ValueError: not UTF-8, or a document its extractor cannot read
+        return None
+    return text if _text_hash(text) == content_hash else None
+
+
+# Up to this size a file is read and hashed at once; above it, hashed in pieces before it is read.
+_READ_WHOLE_UP_TO = 1 << 20
+
+
+def _text_hash(text: str) -> str:
+    """``recemb_integrations.qdrant.content_hash``, which cannot be imported here (its package loads the model)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def text_fingerprint(path: Path, piece: int = 1 << 20) -> tuple[str, bool]:

@@ -11,7 +11,8 @@ PACKAGES = {"kernels": "recemb.kernels", "core": "recemb.core", "recemb_integrat
 ADAPTERS = ("recemb_integrations.sentence_transformers", "recemb_integrations.langchain",
             "recemb_integrations.langchain_sparse", "recemb_integrations.llama_index")
 MAIN_JOB = ("recemb_integrations.qdrant", "recemb_integrations.migrate", "recemb_integrations.sparse",
-            "recemb_integrations.formats", "recemb_integrations.ray", "recemb_integrations.terminal")
+            "recemb_integrations.formats", "recemb_integrations.ray", "recemb_integrations.terminal",
+            "recemb_integrations.excerpts")
 # Room (module prefixes) -> the project modules it may import (prefixes). Most specific room first.
 RULES = [
     (("recemb.kernels",), ("recemb.kernels",)),

@@ -67,10 +67,22 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
                              "holds")
     # A search reads passages from the collection; the flags stay accepted there (and ignored) for old scripts.
     hidden = not sync
-    parser.add_argument("--passage-tokens", type=positive_int, help=argparse.SUPPRESS if hidden else
-                        "also index passages of this many tokens (default: the collection's, else none)")
+    from recemb_integrations.qdrant.record import DEFAULT_PASSAGE_OVERLAP, DEFAULT_PASSAGE_TOKENS
+
+    passages = parser.add_mutually_exclusive_group()
+    passages.add_argument("--passage-tokens", type=non_negative_int, help=argparse.SUPPRESS if hidden else
+                          "also index passages of this many tokens, each searchable and shown as evidence (0: "
+                          f"none; default: the collection's, else {DEFAULT_PASSAGE_TOKENS})")
     parser.add_argument("--passage-overlap", type=non_negative_int, help=argparse.SUPPRESS if hidden else
-                        "tokens shared by consecutive passages (default: the collection's, else 0)")
+                        "tokens shared by consecutive passages (default: the collection's, else "
+                        f"{DEFAULT_PASSAGE_OVERLAP} with the default passages, 0 with --passage-tokens)")
+    if sync:
+        passages.add_argument("--no-passages", dest="passage_tokens", action="store_const", const=0,
+                              help="index whole documents only (the same as --passage-tokens 0)")
+        parser.add_argument("--passages-above", type=non_negative_int, metavar="TOKENS",
+                            help="cut only documents longer than this many tokens into passages (default: the "
+                                 "collection's, else the passage length: a document that fits in one passage is "
+                                 "found by its own point)")
 
 
 def refuse_blank_options(args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ import warnings
 from contextlib import closing
 
 from recemb_integrations.cli import resources
+from recemb_integrations.cli.evidence import EvidenceReader
 from recemb_integrations.cli.options import add_model_options, add_qdrant_options, positive_int
 from recemb_integrations.cli.output import EXIT_OK, CommandError, emit
 from recemb_integrations.terminal import escape, escape_controls
@@ -77,29 +78,30 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"recemb search: note: {escape_controls(str(note.message))}", file=sys.stderr)
         else:
             warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+    reader = EvidenceReader()
+    evidence = [reader.of(h) for h in hits]
     rows = [{"document_id": h.document_id, "score": h.score, "metadata": h.metadata, "passage": h.passage,
-             **({"best_passage": h.best_passage} if h.best_passage is not None else {}),
-             **({"best_passage_text": h.best_passage_text} if h.best_passage_text is not None else {}),
-             **({"text": h.text} if h.text is not None else {})} for h in hits]
-    emit(args, rows, "\n".join(_hit_lines(h) for h in hits) or "no hits")
+             **{k: v for k, v in (("start", h.start), ("end", h.end), ("best_passage", h.best_passage),
+                                  ("best_passage_start", h.best_passage_start),
+                                  ("best_passage_end", h.best_passage_end),
+                                  ("best_passage_text", h.best_passage_text), ("text", h.text),
+                                  ("content_hash", h.content_hash)) if v is not None},
+             **e.as_dict()} for h, e in zip(hits, evidence)]
+    emit(args, rows, "\n".join(_hit_lines(h, e) for h, e in zip(hits, evidence)) or "no hits")
     return EXIT_OK
 
 
-def _hit_lines(hit) -> str:
-    """A hit's score and document, and under it the passage that matched (its text where the collection keeps it)."""
-    line = f"{hit.score:.4f}  {escape(hit.document_id)}" + (f"  (passage {hit.passage})" if hit.passage is not None
-                                                             else "")
-    if hit.passage is not None and hit.text:
-        return line + "\n        " + _excerpt(hit.text)
-    if hit.best_passage is not None:
-        return line + f"\n        passage {hit.best_passage}" + (
-            ": " + _excerpt(hit.best_passage_text) if hit.best_passage_text else "")
-    return line
-
-
-def _excerpt(text: str, width: int = 160) -> str:
-    flat = " ".join(text.split())
-    return escape_controls(flat if len(flat) <= width else flat[: width - 3] + "...")
+def _hit_lines(hit, evidence) -> str:
+    """A hit's score, its document and where the match is, and under it the original text there (or why it
+    cannot be shown)."""
+    where = ", ".join(w for w in (f"passage {hit.passage}" if hit.passage is not None else None, evidence.position)
+                      if w)
+    lines = [f"{hit.score:.4f}  {escape(hit.document_id)}" + (f"  ({escape_controls(where)})" if where else "")]
+    if evidence.excerpt:
+        lines.append("        " + escape_controls(evidence.excerpt))
+    if evidence.note:
+        lines.append("        (" + escape_controls(evidence.note) + ")")
+    return "\n".join(lines)
 
 
 def _parse_filter(spec: str) -> tuple[str, object]:

@@ -77,6 +77,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         SettingsConflict,
         StoreCalls,
         check_collection_name,
+        choose_passages,
         read_record,
         reconcile_settings,
         scan_documents,
@@ -103,7 +104,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     with closing(store):
         record = read_record(store, args.collection)
         requested = RequestedSettings(args.passage_tokens, args.passage_overlap, args.max_tokens,
-                                      sparse=not args.dense_only)
+                                      sparse=not args.dense_only, passages_above=args.passages_above)
         try:
             settings = reconcile_settings(record, requested, rebuild=args.rebuild)
         except SettingsConflict as e:
@@ -112,11 +113,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise CommandError(str(e)) from None
         except ValueError:  # impossible passages, from the flags or from the flags with the collection's
             kept = record.settings if record is not None else None
-            tokens = args.passage_tokens if args.passage_tokens is not None else kept.passage_tokens
-            overlap = args.passage_overlap if args.passage_overlap is not None else kept.passage_overlap
+            tokens, overlap, _ = choose_passages(kept, args.passage_tokens, args.passage_overlap, args.passages_above)
             raise CommandError(f"--passage-overlap {overlap} must be smaller than --passage-tokens {tokens}") from None
-        if settings.passage_tokens is None and args.passage_overlap:
-            raise CommandError("--passage-overlap needs --passage-tokens (passages are off for this collection)")
+        if settings.passage_tokens is None and (args.passage_overlap or args.passages_above):
+            flag = "--passage-overlap" if args.passage_overlap else "--passages-above"
+            raise CommandError(f"{flag} needs passages, which are off for this collection")
         stored = scan_documents(StoreCalls(store), args.collection) if record is not None else None
         allow_mass_delete = args.allow_mass_delete
         if stored is not None:
@@ -203,7 +204,8 @@ def _ray_executor(args: argparse.Namespace):
         raise CommandError(str(e)) from None
 
 
-FLAGS = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap", "max_tokens": "--max-tokens"}
+FLAGS = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap",
+         "passages_above": "--passages-above", "max_tokens": "--max-tokens"}
 
 
 def _conflict_message(collection: str, conflict) -> str:

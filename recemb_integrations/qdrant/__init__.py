@@ -65,6 +65,8 @@ from recemb_integrations.qdrant.points import (
                                                    scope_root,
 )
 from recemb_integrations.qdrant.record import (
+                                                   DEFAULT_PASSAGE_OVERLAP,
+                                                   DEFAULT_PASSAGE_TOKENS,
                                                    LAYOUT_VERSION,
                                                    META_KEY,
                                                    REBUILD_SUFFIX,
@@ -73,6 +75,7 @@ from recemb_integrations.qdrant.record import (
                                                    SyncSettings,
                                                    check_collection_name,
                                                    check_passage_settings,
+                                                   choose_passages,
                                                    layout_version,
                                                    legacy_hybrid_refusal,
                                                    reconcile_settings,
@@ -94,7 +97,8 @@ __all__ = [
     "DocumentWriter", "Executor", "FUSIONS", "KIND_DOCUMENT", "KIND_PASSAGE", "LAYOUT_VERSION", "LocalExecutor",
     "MASS_DELETE_MIN_DOCUMENTS", "MAX_SEARCH_LIMIT", "META_KEY", "MassDeletionError", "NothingReadableError",
     "PAYLOAD_INDEXES", "PassageWindows", "QdrantSync", "REBUILD_SUFFIX", "ROOT_KEY", "RRF_K", "RebuildError",
-    "RequestedSettings", "SEARCH_MODES", "SearchHit", "SearchNotice", "SettingsConflict", "StoreCalls",
+    "RequestedSettings", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "choose_passages", "SEARCH_MODES",
+    "SearchHit", "SearchNotice", "SettingsConflict", "StoreCalls",
     "StoredDocuments", "SyncReport", "SyncSettings", "Upsert", "Write", "WriteJob", "WriteOutcome",
     "check_collection_name", "check_passage_settings", "collection_settings", "content_hash", "describe_root",
     "interrupted_rebuild_hint", "layout_version", "legacy_hybrid_refusal", "metadata_condition", "model_fingerprint",

@@ -20,7 +20,7 @@ from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VE
 
 models = require("qdrant_client.models", "qdrant")
 
-__all__ = ["ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows", "ROOT_KEY",
+__all__ = ["ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows", "ROOT_KEY", "Span",
            "content_hash", "describe_root", "document_payload", "foreign_id_message", "match", "model_fingerprint",
            "owned_ids", "passage_payload", "point_id", "point_vectors", "scope_root"]
 
@@ -29,7 +29,8 @@ KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
 # The root whose sync wrote a point: "" for a sync without a scope, else the scope ("wiki/"). A sync deletes and
 # overwrites only its own root's documents, so an unprefixed folder's "wiki/x.md" is not the "wiki/" root's.
 ROOT_KEY = "root"
-PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, ROOT_KEY: KEYWORD}  # filtered by
+# Filtered by: "passages" is a document point's passage count (0: the document is its own passage).
+PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, "passages": INTEGER, ROOT_KEY: KEYWORD}
 
 
 def point_id(document_id: str, passage: int | None = None) -> str:
@@ -70,45 +71,63 @@ def point_vectors(layout: int, dense, sparse: SparseVector | None):
 
 
 def document_payload(document_id: str, text: str, metadata: Mapping[str, Any], tokens: int, root: str,
-                     store_text: bool) -> dict[str, Any]:
-    """A document's own point: the content hash marks the document as complete."""
-    payload = {"document_id": document_id, "kind": KIND_DOCUMENT, "content_hash": content_hash(text),
-               "metadata": metadata, "tokens": tokens, ROOT_KEY: root}
+                     store_text: bool, passages: int, text_hash: str | None = None) -> dict[str, Any]:
+    """A document's own point: the content hash marks the document as complete; ``passages``: how many it has
+    (``text_hash``: ``content_hash(text)`` if known already)."""
+    payload = {"document_id": document_id, "kind": KIND_DOCUMENT, "content_hash": text_hash or content_hash(text),
+               "metadata": metadata, "tokens": tokens, "passages": passages, ROOT_KEY: root}
     if store_text:
         payload["text"] = text
     return payload
 
 
 def passage_payload(document_id: str, index: int, metadata: Mapping[str, Any], tokens: int, root: str,
-                    text: str | None) -> dict[str, Any]:
-    """A passage's point (``text``: where the collection keeps texts)."""
+                    span: tuple[int, int], document_hash: str, text: str | None) -> dict[str, Any]:
+    """A passage's point: ``span`` its (start, end) characters in the document's text, ``document_hash`` the content
+    hash of the text it was cut from (a search shows it only while the document's own point has that hash: the
+    document is complete), ``text`` the span's text where the collection keeps texts."""
     payload = {"document_id": document_id, "kind": KIND_PASSAGE, "passage": index, "metadata": metadata,
-               "tokens": tokens, ROOT_KEY: root}
+               "tokens": tokens, "start": span[0], "end": span[1], "document_hash": document_hash, ROOT_KEY: root}
     if text is not None:
         payload["text"] = text
     return payload
 
 
+Span = tuple[int, int] | None  # a token's characters in its text; None: a token that covers none (BOS, EOS)
+
+
 class PassageWindows:
     """Cuts one document's ids (EOS last), fed piece by piece, into passages: windows of ``size`` body tokens
     starting every ``size - overlap`` tokens, each followed by the EOS; the last starts before the body's final
-    ``overlap`` tokens, and an empty body gives one passage of EOS alone. Holds at most a window plus a piece."""
+    ``overlap`` tokens, and an empty body gives one passage of EOS alone. Holds at most a window plus a piece.
+
+    Given each id's span (``feed(ids, spans)``), a window comes with its characters: from its first token's start to
+    its last token's end (``(ids, (start, end))``; a window of tokens that cover no text: an empty span where the
+    text so far ends). Without spans, windows are bare id lists."""
 
     def __init__(self, size: int, overlap: int, eos_token_id: int):
         check_passage_settings(size, overlap)
         self.size, self.overlap, self.step, self.eos = size, overlap, size - overlap, eos_token_id
         self._buffer: list[int] = []  # ids from absolute position self._base on
+        self._spans: list[Span] | None = None  # their spans, when given
         self._base = 0
         self._seen = 0  # ids fed so far
         self._last: int | None = None
         self._next = 0  # start of the next window
+        self._text_end = 0  # the furthest character a dropped token reached
         self.count = 0  # windows returned so far
 
-    def feed(self, ids: Sequence[int]) -> list[list[int]]:
+    def feed(self, ids: Sequence[int], spans: Sequence[Span] | None = None) -> list:
         """Windows that are complete now. The newest id may be the EOS that ends the body, so no window takes it."""
         ids = list(ids)
         if not ids:
             return []
+        if self._seen and (spans is None) != (self._spans is None):
+            raise ValueError("give spans with every piece of a document or with none")
+        if spans is not None:
+            if len(spans) != len(ids):
+                raise ValueError(f"{len(ids)} ids with {len(spans)} spans")
+            self._spans = (self._spans or []) + list(spans)
         self._buffer += ids
         self._seen += len(ids)
         self._last = ids[-1]
@@ -118,7 +137,7 @@ class PassageWindows:
             self._next += self.step
         return self._emit(out)
 
-    def finish(self) -> list[list[int]]:
+    def finish(self) -> list:
         """The remaining windows, once the last id (the EOS) has been fed."""
         if self._last != self.eos:
             raise ValueError("a document's ids must end with its EOS token")
@@ -129,16 +148,25 @@ class PassageWindows:
                 out.append(self._window(self._next, min(self._next + self.size, body_end)))
             self._next += self.step
         if not out and not self.count:
-            out.append([self.eos])
+            out.append([self.eos] if self._spans is None else ([self.eos], (0, 0)))
         return self._emit(out)
 
-    def _window(self, start: int, end: int) -> list[int]:
-        return self._buffer[start - self._base : end - self._base] + [self.eos]
+    def _window(self, start: int, end: int):
+        ids = self._buffer[start - self._base : end - self._base] + [self.eos]
+        if self._spans is None:
+            return ids
+        covered = [s for s in self._spans[start - self._base : end - self._base] if s is not None]
+        if not covered:
+            return ids, (self._text_end, self._text_end)
+        return ids, (min(s[0] for s in covered), max(s[1] for s in covered))
 
-    def _emit(self, windows: list[list[int]]) -> list[list[int]]:
+    def _emit(self, windows: list) -> list:
         drop = min(self._next, self._seen) - self._base
         if drop > 0:  # ids before the next window's start are never needed again
             del self._buffer[:drop]
+            if self._spans is not None:
+                self._text_end = max([self._text_end] + [s[1] for s in self._spans[:drop] if s is not None])
+                del self._spans[:drop]
             self._base += drop
         self.count += len(windows)
         return windows

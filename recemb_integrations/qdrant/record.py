@@ -18,8 +18,9 @@ from recemb_integrations.qdrant.errors import CollectionMismatchError, SettingsC
 from recemb_integrations.stores import DENSE_VECTOR, SPARSE_VECTOR
 
 __all__ = ["CollectionRecord", "DISTANCE_NAME", "INVALID_COLLECTION_CHARS", "LAYOUT_VERSION", "MAX_COLLECTION_NAME",
-           "META_KEY", "REBUILD_SUFFIX", "RequestedSettings", "SyncSettings", "check_collection_name",
-           "check_passage_settings", "layout_version", "legacy_hybrid_refusal", "reconcile_settings",
+           "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "META_KEY", "REBUILD_SUFFIX", "RequestedSettings",
+           "SyncSettings", "check_collection_name", "check_passage_settings", "choose_passages",
+           "default_passages_above", "layout_version", "legacy_hybrid_refusal", "reconcile_settings",
            "recorded_layout"]
 
 META_KEY = "recemb"  # the collection metadata key under which recemb keeps its record
@@ -32,6 +33,15 @@ REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
 INVALID_COLLECTION_CHARS = '<>:"/\\|?*\x00\x1f'
 MAX_COLLECTION_NAME = 255
 POOLING = "last token (appended EOS), L2-normalised"
+# A new collection's passages where none are named: chosen by benchmarks/hybrid_quality.py (docs/quality.md).
+DEFAULT_PASSAGE_TOKENS = 128
+DEFAULT_PASSAGE_OVERLAP = 16
+
+
+def default_passages_above(passage_tokens: int | None) -> int:
+    """Documents of at most this many tokens get no passages where none is named: one that fits in a passage would
+    be its own only passage, a second point of the same text."""
+    return passage_tokens or 0
 
 
 def check_collection_name(name: str) -> str:
@@ -49,32 +59,39 @@ def check_collection_name(name: str) -> str:
     return name
 
 
-def check_passage_settings(passage_tokens: int | None, passage_overlap: int | None) -> None:
-    """Passages of passage_tokens >= 1 tokens sharing 0 <= passage_overlap < passage_tokens tokens."""
+def check_passage_settings(passage_tokens: int | None, passage_overlap: int | None,
+                           passages_above: int | None = 0) -> None:
+    """Passages of passage_tokens >= 1 tokens sharing 0 <= passage_overlap < passage_tokens tokens, cut from documents
+    of more than passages_above >= 0 tokens."""
     if passage_tokens is None:
         return
     if isinstance(passage_tokens, bool) or not isinstance(passage_tokens, int) or passage_tokens < 1:
-        raise ValueError(f"passage_tokens must be a positive int (or None for no passages), got {passage_tokens!r}")
+        raise ValueError(f"passage_tokens must be a positive int (or 0 for no passages), got {passage_tokens!r}")
     overlap = passage_overlap or 0
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < passage_tokens:
         raise ValueError(f"passage_overlap must be an int from 0 to passage_tokens - 1 = {passage_tokens - 1}, "
                          f"got {passage_overlap!r}")
+    above = passages_above or 0
+    if isinstance(above, bool) or not isinstance(above, int) or above < 0:
+        raise ValueError(f"passages_above must be an int >= 0 (0: every document gets passages), got "
+                         f"{passages_above!r}")
 
 
 @dataclass(frozen=True)
 class SyncSettings:
     """What a collection records of how its points were made, besides the model: passages (``passage_tokens``
-    tokens sharing ``passage_overlap``), truncation (``max_tokens``) and BM25 vectors (``sparse``, in
-    ``sparse_language``). Valid by construction."""
+    tokens sharing ``passage_overlap``, None: none) of the documents longer than ``passages_above`` tokens,
+    truncation (``max_tokens``) and BM25 vectors (``sparse``, in ``sparse_language``). Valid by construction."""
 
     passage_tokens: int | None = None
     passage_overlap: int = 0
     max_tokens: int | None = None
     sparse: bool = True
     sparse_language: str = "english"
+    passages_above: int = 0
 
     def __post_init__(self) -> None:
-        check_passage_settings(self.passage_tokens, self.passage_overlap)
+        check_passage_settings(self.passage_tokens, self.passage_overlap, self.passages_above)
         if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
                                             or self.max_tokens < 1):
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
@@ -82,19 +99,22 @@ class SyncSettings:
             raise TypeError(f"sparse must be True or False, got {self.sparse!r}")
 
     def as_kwargs(self) -> dict[str, Any]:
-        """As ``QdrantSync`` keyword arguments."""
-        return {"passage_tokens": self.passage_tokens, "passage_overlap": self.passage_overlap,
-                "max_tokens": self.max_tokens, "sparse": self.sparse, "sparse_language": self.sparse_language}
+        """As ``QdrantSync`` keyword arguments (there ``passage_tokens=0`` is no passages, None the default)."""
+        return {"passage_tokens": self.passage_tokens or 0, "passage_overlap": self.passage_overlap,
+                "passages_above": self.passages_above, "max_tokens": self.max_tokens, "sparse": self.sparse,
+                "sparse_language": self.sparse_language}
 
 
 @dataclass(frozen=True)
 class RequestedSettings:
-    """Settings a caller asked for; None where it named none (the collection's are used then)."""
+    """Settings a caller asked for; None where it named none (the collection's are used then, or for a new
+    collection the defaults). ``passage_tokens=0``: no passages."""
 
     passage_tokens: int | None = None
     passage_overlap: int | None = None
     max_tokens: int | None = None
     sparse: bool = True  # False: dense-only was asked for
+    passages_above: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,7 @@ class CollectionRecord:
             "max_length": max_length,
             "passage_tokens": settings.passage_tokens,
             "passage_overlap": settings.passage_overlap if settings.passage_tokens else None,
+            "passages_above": settings.passages_above if settings.passage_tokens else None,
             "max_tokens": settings.max_tokens,
             "layout": LAYOUT_VERSION,
             "point_roots": True,  # every point records its root, indexed
@@ -212,6 +233,9 @@ class CollectionRecord:
         for key in ("passage_tokens", "passage_overlap", "max_length", "max_tokens"):
             if self.data.get(key) != expected.data[key]:
                 problems.append(f"{key} {self.data.get(key)} (collection) vs {expected.data[key]} (now)")
+        if self.settings.passages_above != expected.settings.passages_above:  # unrecorded before: 0
+            problems.append(f"passages_above {self.settings.passages_above} (collection) vs "
+                            f"{expected.settings.passages_above} (now)")
         recorded_sparse = self.data.get("sparse")
         if self.layout >= 2 and (recorded_sparse is not None) != sparse:
             problems.append("BM25 vectors " + ("present (collection) vs dense-only (now)" if not sparse
@@ -224,7 +248,10 @@ class CollectionRecord:
 
 def recorded_layout(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """The QdrantSync settings a collection records (passages, truncation, BM25 or not), as constructor keywords."""
-    return {"passage_tokens": recorded.get("passage_tokens"), "passage_overlap": recorded.get("passage_overlap") or 0,
+    tokens = recorded.get("passage_tokens") or None
+    return {"passage_tokens": tokens, "passage_overlap": recorded.get("passage_overlap") or 0 if tokens else 0,
+            # a collection of a recemb that did not record it gave every document passages
+            "passages_above": recorded.get("passages_above") or 0 if tokens else 0,
             "max_tokens": recorded.get("max_tokens"), "sparse": recorded.get("sparse") is not None}
 
 
@@ -241,30 +268,50 @@ def legacy_hybrid_refusal(collection: str) -> str:
             "only when the new one is complete), or keep syncing it dense-only with --dense-only (sparse=False).")
 
 
+def choose_passages(kept: SyncSettings | None, tokens: int | None, overlap: int | None, above: int | None
+                    ) -> tuple[int | None, int, int]:
+    """(passage_tokens or None, passage_overlap, passages_above): the named ones (``tokens=0``: no passages), else
+    ``kept`` (a collection's settings), else the defaults. Named tokens without an overlap share none; the threshold
+    follows named tokens unless it is named too."""
+    if tokens is None:
+        if kept is not None:
+            tokens = kept.passage_tokens
+            overlap = kept.passage_overlap if overlap is None else overlap
+            above = kept.passages_above if above is None else above
+        else:
+            tokens = DEFAULT_PASSAGE_TOKENS
+            overlap = DEFAULT_PASSAGE_OVERLAP if overlap is None else overlap
+    if not tokens:
+        return None, overlap or 0, above or 0
+    return tokens, overlap or 0, default_passages_above(tokens) if above is None else above
+
+
 def reconcile_settings(record: CollectionRecord | None, requested: RequestedSettings,
                        rebuild: bool = False) -> SyncSettings:
     """The settings a sync uses: those requested where given, else the collection's (a later sync need not repeat
-    them). A requested setting that contradicts the collection is a ``SettingsConflict`` (a recemb 0.1 collection
+    them), else for a new collection the defaults (passages of ``DEFAULT_PASSAGE_TOKENS`` for documents longer than
+    one). A requested setting that contradicts the collection is a ``SettingsConflict`` (a recemb 0.1 collection
     asked for BM25 vectors, a ``CollectionMismatchError``). A rebuild takes the requested ones, and the collection's
     passages and truncation where none are requested. Impossible values are a ValueError."""
-    given = {"passage_tokens": requested.passage_tokens, "passage_overlap": requested.passage_overlap,
-             "max_tokens": requested.max_tokens}
-    if record is None:
-        return SyncSettings(**{**given, "passage_overlap": given["passage_overlap"] or 0}, sparse=requested.sparse)
+    if record is None or rebuild:
+        kept = record.settings if record is not None else None
+        tokens, overlap, above = choose_passages(kept, requested.passage_tokens, requested.passage_overlap,
+                                                 requested.passages_above)
+        max_tokens = requested.max_tokens if requested.max_tokens is not None or kept is None else kept.max_tokens
+        return SyncSettings(tokens, overlap, max_tokens, sparse=requested.sparse, passages_above=above,
+                            **({"sparse_language": kept.sparse_language} if kept is not None else {}))
     kept = record.settings
-    if rebuild:
-        chosen = {key: value if value is not None else getattr(kept, key) for key, value in given.items()}
-        if requested.passage_tokens is not None and requested.passage_overlap is None:
-            chosen["passage_overlap"] = 0
-        return SyncSettings(**{**chosen, "passage_overlap": chosen["passage_overlap"] or 0}, sparse=requested.sparse,
-                            sparse_language=kept.sparse_language)
+    given = {"passage_tokens": requested.passage_tokens, "passage_overlap": requested.passage_overlap,
+             "passages_above": requested.passages_above, "max_tokens": requested.max_tokens}
     for key, value in given.items():
         recorded = getattr(kept, key)
-        if value is not None and value != recorded and not (key == "passage_overlap" and value == 0
-                                                            and not kept.passage_tokens):
-            raise SettingsConflict(f"collection {record.collection!r} was built with {key}={recorded!r}, not "
-                                   f"{value!r}; use the collection's setting, another collection, or rebuild it",
-                                   key, recorded, value)
+        if value is None or value == recorded or (key == "passage_tokens" and value == 0 and recorded is None):
+            continue
+        if key in ("passage_overlap", "passages_above") and value == 0 and not kept.passage_tokens:
+            continue
+        raise SettingsConflict(f"collection {record.collection!r} was built with {key}={recorded!r}, not "
+                               f"{value!r}; use the collection's setting, another collection, or rebuild it",
+                               key, recorded, value)
     if record.layout == 1 and requested.sparse:
         raise CollectionMismatchError(legacy_hybrid_refusal(record.collection))
     if not requested.sparse and kept.sparse:

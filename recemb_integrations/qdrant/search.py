@@ -102,17 +102,18 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     dense_query = (embedder.encode_queries([query], instruction=instruction)[0].tolist() if mode != "sparse"
                    else None)
 
-    conditions = [] if granularity == "any" else [match("kind", granularity)]
     grouped = granularity == KIND_DOCUMENT and bool(target.passage_tokens)
-    if grouped:
-        conditions = []  # documents are found by their own points and by their passages
+    # Documents are found by their own points and by their passages (grouped); passages by theirs and, where a
+    # document is too short to have any, by its own point.
+    conditions = [] if granularity == "any" or grouped else [_granularity_condition(granularity)]
     if isinstance(filter, Mapping):
         conditions += metadata_conditions
     elif filter is not None:
         conditions.append(filter)
-    point_filter = models.Filter(must=conditions) if conditions else None
 
-    def request(candidates: int) -> SearchRequest:
+    def request(candidates: int, excluded: set[str]) -> SearchRequest:
+        must_not = [models.HasIdCondition(has_id=sorted(excluded))] if excluded else None
+        point_filter = models.Filter(must=conditions or None, must_not=must_not) if conditions or excluded else None
         return SearchRequest(limit=limit, dense=dense_query if mode != "sparse" else None,
                              sparse=sparse_query if mode != "dense" else None, filter=point_filter,
                              fusion=fusion if mode == "hybrid" else None, candidates=candidates, rrf_k=RRF_K,
@@ -120,19 +121,28 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
 
     candidates = max(PREFETCH_MIN, PREFETCH_PER_HIT * limit)
     store, collection = calls.store, target.collection
-    if not grouped:
-        points = calls(store.query, collection, request(candidates))
-        hits = [_hit(p.payload, p.score) for p in points]
-    else:
-        while True:
-            # Each group's hits come best first: with two of them, a document whose own point leads still shows
-            # its best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer than
-            # ``limit`` documents and more exist, the search is repeated with more candidates, so a page is full.
-            groups = calls(store.query_groups, collection, request(candidates), "document_id", 2)
-            if mode != "hybrid" or len(groups) >= limit or candidates >= calls(store.count, collection):
-                break
-            candidates = min(candidates * 4, calls(store.count, collection))
-        hits = _document_hits(calls, collection, groups)
+    # Passages of a document whose own point does not hold the hash they were cut from (a sync stopped between
+    # them and that point) are left out, and the search is repeated without them: a hit is always of a complete
+    # document. Only a stopped sync leaves such passages, so the repeat is rare.
+    excluded: set[str] = set()
+    while True:
+        if not grouped:
+            points = calls(store.query, collection, request(candidates, excluded))
+            hits, incomplete = _point_hits(calls, collection, points)
+        else:
+            while True:
+                # Each group's hits come best first: with two of them, a document whose own point leads still
+                # shows its best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer
+                # than ``limit`` documents and more exist, the search is repeated with more candidates, so a page
+                # is full.
+                groups = calls(store.query_groups, collection, request(candidates, excluded), "document_id", 2)
+                if mode != "hybrid" or len(groups) >= limit or candidates >= calls(store.count, collection):
+                    break
+                candidates = min(candidates * 4, calls(store.count, collection))
+            hits, incomplete = _document_hits(calls, collection, groups)
+        if not incomplete - excluded:
+            break
+        excluded |= incomplete
     if mode == "hybrid" and len(hits) == 1 < limit:
         # A fusion scores candidates against each other: alone, a hit scores 1.0 (both lists) or 0.5 (one).
         warnings.warn(SearchNotice("only one result matched, so its fused score would compare it with nothing "
@@ -158,30 +168,72 @@ def _search_mode(target: Searchable, mode: str | None) -> str:
     return mode or "hybrid"
 
 
-def _document_hits(calls: StoreCalls, collection: str, groups) -> list[SearchHit]:
-    """One hit per group (document): its best score, the document's payload, its best passage."""
-    hits, missing = [], []
+def _granularity_condition(granularity: str):
+    if granularity == KIND_DOCUMENT:
+        return match("kind", KIND_DOCUMENT)
+    return models.Filter(should=[match("kind", KIND_PASSAGE),
+                                 models.Filter(must=[match("kind", KIND_DOCUMENT), match("passages", 0)])])
+
+
+def _stored_hashes(calls: StoreCalls, collection: str, document_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The payloads of these documents' own points (absent: not written yet)."""
+    if not document_ids:
+        return {}
+    points = calls(calls.store.retrieve, collection, [point_id(d) for d in sorted(document_ids)])
+    return {p.payload["document_id"]: p.payload for p in points if p.payload.get("document_id") is not None}
+
+
+def _complete(passage: dict[str, Any], own: dict[str, Any] | None) -> bool:
+    """Whether a passage belongs to its document's stored version. Passages of a recemb that did not record
+    the hash they were cut from cannot be told: they are taken as they are."""
+    expected = passage.get("document_hash")
+    return expected is None or (own is not None and own.get("content_hash") == expected)
+
+
+def _point_hits(calls: StoreCalls, collection: str, points) -> tuple[list[SearchHit], set[str]]:
+    """Hits of an ungrouped search, and the ids of passages among them whose document is not complete."""
+    passages = [p for p in points if p.payload.get("kind") == KIND_PASSAGE]
+    owners = _stored_hashes(calls, collection, {p.payload["document_id"] for p in passages})
+    incomplete = {p.id for p in passages if not _complete(p.payload, owners.get(p.payload["document_id"]))}
+    hits = []
+    for p in points:
+        if p.id in incomplete:
+            continue
+        hit = _hit(p.payload, p.score)
+        own = p.payload if p.payload.get("kind") == KIND_DOCUMENT else owners.get(hit.document_id) or {}
+        hit.content_hash = own.get("content_hash")
+        hits.append(hit)
+    return hits, incomplete
+
+
+def _document_hits(calls: StoreCalls, collection: str, groups) -> tuple[list[SearchHit], set[str]]:
+    """One hit per group (document): its best score, the document's payload, its best passage; and the ids of best
+    passages whose document is not complete."""
+    found = []
     for group in groups:
-        best = group[0]
         own = next((h for h in group if h.payload.get("kind") == KIND_DOCUMENT), None)
         passage = next((h for h in group if h.payload.get("kind") == KIND_PASSAGE), None)
-        hit = _hit(own.payload if own is not None else best.payload, best.score)
-        hit.passage = None
-        if own is None:  # the document point was not among the candidates: its payload is fetched below
-            hit.text = None
-            missing.append((hit, point_id(hit.document_id)))
+        found.append((group[0], own, passage))
+    # Documents whose own point was not among the candidates: their payloads are fetched.
+    stored = _stored_hashes(calls, collection, {best.payload["document_id"] for best, own, _ in found if own is None})
+    hits, incomplete = [], set()
+    for best, own, passage in found:
+        own_payload = own.payload if own is not None else stored.get(best.payload["document_id"])
+        if passage is not None and not _complete(passage.payload, own_payload):
+            incomplete.add(passage.id)
+            continue
+        if own_payload is None:  # a legacy passage of a document whose point is gone: nothing to show
+            continue
+        hit = _hit(own_payload, best.score)
+        hit.passage, hit.content_hash = None, own_payload.get("content_hash")
         if passage is not None:
             hit.best_passage, hit.best_passage_text = passage.payload.get("passage"), passage.payload.get("text")
+            hit.best_passage_start, hit.best_passage_end = passage.payload.get("start"), passage.payload.get("end")
         hits.append(hit)
-    if missing:
-        stored = {p.id: p.payload for p in calls(calls.store.retrieve, collection, [pid for _, pid in missing])}
-        for hit, pid in missing:
-            payload = stored.get(pid) or {}
-            hit.text = payload.get("text")
-            hit.metadata = payload.get("metadata", hit.metadata) or {}
-    return hits
+    return hits, incomplete
 
 
 def _hit(payload: dict[str, Any], score: float) -> SearchHit:
     return SearchHit(document_id=payload["document_id"], score=float(score), metadata=payload.get("metadata") or {},
-                     text=payload.get("text"), passage=payload.get("passage"))
+                     text=payload.get("text"), passage=payload.get("passage"), start=payload.get("start"),
+                     end=payload.get("end"))

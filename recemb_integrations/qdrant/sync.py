@@ -33,6 +33,7 @@ from recemb_integrations.qdrant.record import (
     CollectionRecord,
     SyncSettings,
     check_collection_name,
+    choose_passages,
     legacy_hybrid_refusal,
 )
 from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, search
@@ -60,8 +61,12 @@ class QdrantSync:
         embedder: the recemb ``Embedder``.
         model_id: the name recorded in the collection (default: the embedder's name).
         store_text: keep each document's text in its payload (returned by ``search``).
-        passage_tokens: if set, also store one point per passage of this many tokens (documents stay whole).
-        passage_overlap: tokens shared by consecutive passages.
+        passage_tokens: also store one point per passage of this many tokens (documents stay whole); 0: no
+            passages; None: the collection's setting, or for a new collection ``DEFAULT_PASSAGE_TOKENS`` (128, with
+            an overlap of 16, for documents longer than one passage: docs/quality.md measured what they are worth).
+        passage_overlap: tokens shared by consecutive passages (None: the collection's, or the default).
+        passages_above: only documents of more than this many tokens get passages (None: the collection's, or
+            ``passage_tokens``: a document that fits in one passage is found by its own point).
         batch_size: documents read, embedded and written together: their points go in one request (a batch also
             closes at ``writer.BATCH_MAX_CHARS`` of text, so large documents do not pile up in memory).
         retries: attempts for a write or read that fails with a transient server error.
@@ -74,8 +79,9 @@ class QdrantSync:
         record: the collection's record if the caller read it already (``read_record``), so it is not read again;
             None: read when first needed.
 
-    ``passage_tokens``, ``passage_overlap``, ``max_tokens`` and ``sparse`` are recorded in the collection: a sync
-    must use the same values, a search reads them from there (``QdrantSync.open`` builds an instance with them;
+    ``passage_tokens``, ``passage_overlap``, ``passages_above``, ``max_tokens`` and ``sparse`` are recorded in the
+    collection: a sync must use the same values (or name none), a search reads them from there
+    (``QdrantSync.open`` builds an instance with them;
     ``record.reconcile_settings`` fills in the ones a caller did not name). The BM25 average lengths are chosen
     when the collection is created (see ``lengths``) and recorded too.
     """
@@ -88,7 +94,8 @@ class QdrantSync:
         model_id: str | None = None,
         store_text: bool = False,
         passage_tokens: int | None = None,
-        passage_overlap: int = 0,
+        passage_overlap: int | None = None,
+        passages_above: int | None = None,
         batch_size: int = 64,
         retries: int = 5,
         max_tokens: int | None = None,
@@ -97,7 +104,11 @@ class QdrantSync:
         index_metadata: dict[str, str] | None = None,
         record: CollectionRecord | None = None,
     ):
-        chosen = SyncSettings(passage_tokens, passage_overlap, max_tokens, sparse, sparse_language)  # checks them
+        # Passage settings not named are the collection's (known once its record is read), else the defaults.
+        self._named_passages = (passage_tokens, passage_overlap, passages_above)
+        tokens, overlap, above = choose_passages(record.settings if record is not None else None,
+                                                 *self._named_passages)
+        chosen = SyncSettings(tokens, overlap, max_tokens, sparse, sparse_language, above)  # checks them
         for key, schema in (index_metadata or {}).items():
             if not isinstance(key, str) or not key or schema not in (KEYWORD, INTEGER):
                 raise ValueError(f"index_metadata maps metadata keys to {KEYWORD!r} or {INTEGER!r}, got "
@@ -123,6 +134,7 @@ class QdrantSync:
 
     def _use(self, settings: SyncSettings) -> None:
         self.passage_tokens, self.passage_overlap = settings.passage_tokens, settings.passage_overlap
+        self.passages_above = settings.passages_above
         self.max_tokens, self.sparse, self.sparse_language = settings.max_tokens, settings.sparse, \
             settings.sparse_language
 
@@ -140,8 +152,9 @@ class QdrantSync:
     def settings(self) -> dict[str, Any]:
         """This instance's keyword arguments (all but the store, collection, embedder and record): what another
         sync with the same settings is built from (a rebuild's staging collection)."""
-        return dict(model_id=self.model_id, store_text=self.store_text, passage_tokens=self.passage_tokens,
-                    passage_overlap=self.passage_overlap, batch_size=self.batch_size, retries=self.calls.retries,
+        return dict(model_id=self.model_id, store_text=self.store_text, passage_tokens=self.passage_tokens or 0,
+                    passage_overlap=self.passage_overlap, passages_above=self.passages_above,
+                    batch_size=self.batch_size, retries=self.calls.retries,
                     max_tokens=self.max_tokens, sparse=self.sparse, sparse_language=self.sparse_language,
                     index_metadata=dict(self.index_metadata))
 
@@ -161,8 +174,11 @@ class QdrantSync:
         return CollectionRecord.new(
             self.collection, model_id=self.model_id, fingerprint=self.fingerprint, dim=self.embedder.dim,
             max_length=self.embedder.max_length, bm25=bm25, version=recemb.__version__,
-            settings=SyncSettings(self.passage_tokens, self.passage_overlap, self.max_tokens, self.sparse,
-                                  self.sparse_language))
+            settings=self._settings())
+
+    def _settings(self) -> SyncSettings:
+        return SyncSettings(self.passage_tokens, self.passage_overlap, self.max_tokens, self.sparse,
+                            self.sparse_language, self.passages_above)
 
     def expected_metadata(self) -> dict[str, Any]:
         """The record of a collection created by this instance, before its BM25 lengths are chosen."""
@@ -211,11 +227,13 @@ class QdrantSync:
                     + f". Search it with the model it was built with ({record.model!r}).")
             kept = record.settings
             self._use(SyncSettings(kept.passage_tokens, kept.passage_overlap, kept.max_tokens, kept.sparse,
-                                   self.sparse_language))
+                                   self.sparse_language, kept.passages_above))
             self.record, self._read_checked = record, True
             return
         if record.layout == 1 and self.sparse:
             raise CollectionMismatchError(legacy_hybrid_refusal(self.collection))
+        tokens, overlap, above = choose_passages(record.settings, *self._named_passages)  # unnamed: the record's
+        self._use(SyncSettings(tokens, overlap, self.max_tokens, self.sparse, self.sparse_language, above))
         if record.layout > LAYOUT_VERSION:
             raise CollectionMismatchError(f"collection {self.collection!r} has layout {record.layout}, newer than "
                                           f"this recemb ({recemb.__version__}) knows; upgrade recemb")
@@ -241,7 +259,8 @@ class QdrantSync:
         """The second pass's settings for this collection (checked first)."""
         return WriteJob(collection=self.collection, layout=self.record.layout, root=root, store_text=self.store_text,
                         passage_tokens=self.passage_tokens, passage_overlap=self.passage_overlap,
-                        batch_size=self.batch_size, max_tokens=self.max_tokens, bm25=self.record.bm25,
+                        passages_above=self.passages_above, batch_size=self.batch_size, max_tokens=self.max_tokens,
+                        bm25=self.record.bm25,
                         fingerprint=self.fingerprint)
 
     # ------------------------------------------------------------------ sync

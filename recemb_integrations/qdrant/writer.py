@@ -12,7 +12,6 @@ executor returns them to the driver (``recemb_integrations.ray``). The executor 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +23,8 @@ from recemb_integrations.qdrant.documents import Document, DocumentEntry, WriteO
 from recemb_integrations.qdrant.points import (
     KIND_PASSAGE,
     PassageWindows,
+    Span,
+    content_hash,
     document_payload,
     match,
     passage_payload,
@@ -51,7 +52,8 @@ FEW_TOKENS_CHARS_PER_TOKEN = 100
 class WriteJob:
     """Everything the second pass needs besides the model and the documents: data only, so it travels to other
     processes. ``bm25``: the collection's recorded BM25 settings (None: dense-only); ``fingerprint``: the model
-    the collection records, which whoever embeds must load; ``root``: recorded on every point."""
+    the collection records, which whoever embeds must load; ``root``: recorded on every point; ``passages_above``:
+    documents of at most this many tokens get no passages."""
 
     collection: str
     layout: int
@@ -63,6 +65,7 @@ class WriteJob:
     max_tokens: int | None
     bm25: dict[str, Any] | None
     fingerprint: str
+    passages_above: int = 0
 
 
 def bm25_encoders(settings: dict[str, Any] | None) -> tuple[Bm25 | None, Bm25 | None]:
@@ -143,23 +146,26 @@ class DocumentWriter:
         try:
             if emb.tokenizer is None:
                 emb.tokenize([])  # raises the error that names the missing tokenizer
-            whole = emb.tokenizer.encode([d.text for d, _ in batch])
+            cut = bool(self.job.passage_tokens)  # passages need each token's characters
+            whole = emb.tokenizer.encode([d.text for d, _ in batch], offsets=cut)
         except Exception as e:  # a tokenizer failure is one batch's problem, not the sync's
             return WriteOutcome(failed=[(d.id, f"tokenization failed: {e}") for d, _ in batch], documents=len(batch))
         # Truncated through a one-piece TokenStream: one truncation rule for short and streamed documents.
-        streams = [TokenStream([seq], emb.tokenizer.eos_token_id, self.token_limit) for seq in whole]
-        ids = [list(itertools.chain.from_iterable(s)) for s in streams]
+        streams = [TokenStream([seq], emb.tokenizer.eos_token_id, self.token_limit, spans=cut) for seq in whole]
+        pieces = [list(s) for s in streams]
+        ids = [[i for piece in p for i in (piece[0] if cut else piece)] for p in pieces]
         vectors = emb.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar).cpu().numpy()
         outcome = WriteOutcome(documents=len(batch))
         finished = []
-        for (doc, action), vector, doc_ids, stream in zip(batch, vectors, ids, streams):
-            n_passages = 0
-            if self.job.passage_tokens:
-                passages = PassageWriter(self, doc)
-                passages.feed(doc_ids)
+        for (doc, action), vector, doc_pieces, stream in zip(batch, vectors, pieces, streams):
+            text_hash, n_passages = content_hash(doc.text), 0
+            if cut:
+                passages = PassageWriter(self, doc, text_hash)
+                for piece_ids, piece_spans in doc_pieces:
+                    passages.feed(piece_ids, piece_spans)
                 n_passages = passages.close()
                 outcome.embedded_tokens += passages.tokens
-            finished.append((doc, action, vector, stream, n_passages))
+            finished.append((doc, action, vector, stream, n_passages, text_hash))
         self._complete(finished, outcome)  # the batch's own points after all of its passages
         return outcome
 
@@ -177,13 +183,16 @@ class DocumentWriter:
                     total = emb.count_tokens(doc.text, max_length=limit, on_chars=bar.update)
             with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
                       desc=_short(doc.id)) as bar:
-                stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update)
-                passages = PassageWriter(self, doc) if self.job.passage_tokens else None
+                text_hash = content_hash(doc.text)
+                passages = PassageWriter(self, doc, text_hash) if self.job.passage_tokens else None
+                stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update,
+                                             offsets=passages is not None)
 
                 def pieces() -> Iterator[list[int]]:  # one pass feeds the document's stream and its passages
                     for piece in stream:
                         if passages is not None:
-                            passages.feed(piece)
+                            passages.feed(*piece)
+                            piece = piece[0]
                         yield piece
 
                 vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True)
@@ -192,27 +201,29 @@ class DocumentWriter:
         except TokenizationError as e:
             outcome.failed.append((doc.id, str(e)))
             return outcome
-        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages)], outcome)
+        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages, text_hash)], outcome)
         return outcome
 
-    def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int]], outcome: WriteOutcome) -> None:
+    def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int, str]],
+                  outcome: WriteOutcome) -> None:
         """Write the own points of documents whose passages are all written, and account for them: one delete of
         their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
         point), so the next sync redoes them."""
         job = self.job
         stale = [models.Filter(must=[match("document_id", doc.id), match("kind", KIND_PASSAGE),
                                      models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])
-                 for doc, action, _, _, n_passages in finished if action == "updated" or n_passages]
+                 for doc, action, _, _, n_passages, _ in finished if action == "updated" or n_passages]
         if stale:  # passages beyond the new count belong to an older version of the text
             self.emit(Delete(models.Filter(should=stale)))
         points = []
-        for doc, _, vector, stream, _ in finished:
-            payload = document_payload(doc.id, doc.text, doc.metadata, stream.tokens, job.root, job.store_text)
+        for doc, _, vector, stream, n_passages, text_hash in finished:
+            payload = document_payload(doc.id, doc.text, doc.metadata, stream.tokens, job.root, job.store_text,
+                                       n_passages, text_hash)
             sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
             points.append(StoredPoint(point_id(doc.id), payload, point_vectors(job.layout, vector, sparse)))
         # The document points go last: a content hash marks its document as complete.
         self.emit(Upsert(tuple(points)))
-        for doc, action, _, stream, _ in finished:
+        for doc, action, _, stream, _, _ in finished:
             if stream.truncated:
                 outcome.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
             outcome.warnings.extend((doc.id, note) for note in stream.notes)
@@ -227,46 +238,52 @@ class DocumentWriter:
 
 
 class PassageWriter:
-    """Embeds a document's passages in groups as its ids stream in and emits their upserts (before the
-    document's own point)."""
+    """Embeds a document's passages in groups as its ids (and their spans) stream in and emits their upserts
+    (before the document's own point). A document of at most ``passages_above`` tokens gets none: its windows are
+    held until it is longer, and dropped if it ends first."""
 
-    def __init__(self, writer: DocumentWriter, doc: Document):
-        self.writer, self.doc = writer, doc
+    def __init__(self, writer: DocumentWriter, doc: Document, document_hash: str):
+        self.writer, self.doc, self.document_hash = writer, doc, document_hash
         job = writer.job
         self.windows = PassageWindows(job.passage_tokens, job.passage_overlap, writer.embedder.tokenizer.eos_token_id)
-        self.pending: list[list[int]] = []
+        self.above = job.passages_above
+        self.pending: list[tuple[list[int], tuple[int, int]]] = []
+        self.seen = 0  # ids fed (the last may be the EOS)
         self.written = 0
         self.tokens = 0  # embedded in passages (EOS included), counted in the report beside the document's own
 
-    def feed(self, ids: Sequence[int]) -> None:
-        self.pending += self.windows.feed(ids)
-        while len(self.pending) >= PASSAGE_WRITE_BATCH:
+    def feed(self, ids: Sequence[int], spans: Sequence[Span]) -> None:
+        self.pending += self.windows.feed(ids, spans)
+        self.seen += len(ids)
+        while len(self.pending) >= PASSAGE_WRITE_BATCH and self.seen - 1 > self.above:
             self._write(self.pending[:PASSAGE_WRITE_BATCH])
             self.pending = self.pending[PASSAGE_WRITE_BATCH:]
 
     def close(self) -> int:
         """Writes the rest; returns how many passages the document has."""
         self.pending += self.windows.finish()
+        if self.seen - 1 <= self.above:  # short enough to be found by its own point alone
+            self.pending = []
+            return 0
         for i in range(0, len(self.pending), PASSAGE_WRITE_BATCH):
             self._write(self.pending[i : i + PASSAGE_WRITE_BATCH])
         self.pending = []
         return self.written
 
-    def _write(self, windows: list[list[int]]) -> None:
+    def _write(self, windows: list[tuple[list[int], tuple[int, int]]]) -> None:
         writer, doc, job = self.writer, self.doc, self.writer.job
-        embedder = writer.embedder
-        vectors = embedder.embed_token_ids(windows, normalize=True).cpu().numpy()
+        vectors = writer.embedder.embed_token_ids([ids for ids, _ in windows], normalize=True).cpu().numpy()
         points = []
-        for i, (w, v) in enumerate(zip(windows, vectors), start=self.written):
-            # The passage's text as its tokens decode: what its BM25 vector counts and what a search shows.
-            text = embedder.tokenizer.tokenizer.decode(w[:-1], skip_special_tokens=True) if (
-                job.store_text or writer.bm25_passages is not None) else None
-            payload = passage_payload(doc.id, i, doc.metadata, len(w), job.root, text if job.store_text else None)
+        for i, ((ids, span), v) in enumerate(zip(windows, vectors), start=self.written):
+            # The passage's own characters: what its BM25 vector counts and what a search shows and quotes.
+            text = doc.text[span[0] : span[1]]
+            payload = passage_payload(doc.id, i, doc.metadata, len(ids), job.root, span, self.document_hash,
+                                      text if job.store_text else None)
             sparse = writer.bm25_passages.embed_document(text) if writer.bm25_passages is not None else None
             points.append(StoredPoint(point_id(doc.id, i), payload, point_vectors(job.layout, v, sparse)))
         writer.emit(Upsert(tuple(points)))
         self.written += len(windows)
-        self.tokens += sum(map(len, windows))
+        self.tokens += sum(len(ids) for ids, _ in windows)
 
 
 def _short(doc_id: str, width: int = 30) -> str:

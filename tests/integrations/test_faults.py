@@ -34,7 +34,14 @@ from recemb_integrations.qdrant import (  # noqa: E402
 )
 from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.integrations.cli_cases import make_corpus, point_count, run, spy_on_tokenizer, stored_ids  # noqa: E402
+from tests.integrations.cli_cases import (  # noqa: E402
+    make_corpus,
+    point_count,
+    run,
+    spy_on_tokenizer,
+    stored_ids,
+    stored_payloads,
+)
 
 
 # ---------------------------------------------------------------------- no mass deletion by accident
@@ -238,7 +245,9 @@ def test_list_filter_matches_any(tmp_path, opts, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--passage-tokens", "0"], "argument --passage-tokens: must be at least 1"),
+    (["--passage-tokens", "-1"], "argument --passage-tokens: must be 0 or more"),
+    (["--passages-above", "-1"], "argument --passages-above: must be 0 or more"),
+    (["--passage-tokens", "8", "--no-passages"], "not allowed with argument --passage-tokens"),
     (["--passage-tokens", "x"], "argument --passage-tokens: expected a whole number"),
     (["--passage-overlap", "-1"], "argument --passage-overlap: must be 0 or more"),
     (["--batch-size", "0"], "argument --batch-size: must be at least 1"),
@@ -258,7 +267,9 @@ def test_model_free_checks_run_before_the_model_loads(tmp_path, opts, capsys, no
         (["sync", str(corpus), "--collection", "a/b"], "contains '/'"),
         (["sync", str(tmp_path / "typo"), *opts], "nothing synced"),
         (["sync", str(corpus), "--passage-tokens", "8", "--passage-overlap", "8", *opts], "must be smaller"),
-        (["sync", str(corpus), "--passage-overlap", "2", *opts], "needs --passage-tokens"),
+        (["sync", str(corpus), "--no-passages", "--passage-overlap", "2", *opts], "needs passages"),
+        (["sync", str(corpus), "--passage-tokens", "0", "--passages-above", "9", *opts], "needs passages"),
+        (["sync", str(corpus), "--passage-overlap", "128", *opts], "must be smaller than --passage-tokens 128"),
         (["search", "q", "--collection", "a:b", "--qdrant-path", str(store)], "contains ':'"),
     ]
     for argv, message in cases:
@@ -424,6 +435,77 @@ def test_sigkill_mid_sync_converges_on_rerun(tmp_path, opts, tiny_folder, capsys
     expected_state(tmp_path / "store", corpus, tiny_folder)
 
 
+STOP_BEFORE_DOCUMENT_POINT = textwrap.dedent("""
+    # The real `recemb sync`, stopped for good once the passages of the document named first are written and before
+    # its own point (the one that carries its hash) is: the test kills it there.
+    import sys, time
+    import recemb_integrations.qdrant.writer as q_writer
+    from recemb_integrations.cli import main
+    progress, victim, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    complete = q_writer.DocumentWriter._complete
+    def stopping_complete(self, finished, *a, **k):
+        if any(item[0].id == victim for item in finished):
+            with open(progress, "a") as f:
+                f.write("passages written\\n")
+            time.sleep(600)
+        complete(self, finished, *a, **k)
+    q_writer.DocumentWriter._complete = stopping_complete
+    sys.exit(main(argv))
+""")
+
+
+def test_a_sync_killed_between_passages_and_document_point_shows_no_half_document(tmp_path, opts, capsys):
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    old = "the harbour keeps its boats in winter. " * 20
+    (corpus / "kept.txt").write_text(old)
+    (corpus / "changed.txt").write_text(old)
+    argv = ["sync", str(corpus), "--passage-tokens", "8", "--passages-above", "0", "--batch-size", "1", *opts]
+    assert run(capsys, argv)[0] == 0
+    script = tmp_path / "stopper.py"
+    script.write_text(STOP_BEFORE_DOCUMENT_POINT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def killed_sync(victim: str) -> None:
+        progress = tmp_path / f"progress-{victim}"
+        proc = subprocess.Popen([sys.executable, str(script), str(progress), victim, *argv], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(proc, progress, "passages written", 1)
+        proc.kill()
+        proc.communicate()
+
+    def passage_search(query: str, granularity: str) -> list:
+        code, hits, _ = run(capsys, ["search", query, "--granularity", granularity, "--limit", "50", "--mode",
+                                     "sparse", *opts])
+        assert code == 0
+        return hits
+
+    # Added: the new document's passages are in the store, its own point is not.
+    (corpus / "new.txt").write_text("tides follow the moon and the sun together. " * 20)
+    killed_sync("new.txt")
+    with open_store(path=tmp_path / "store") as s:
+        points, _ = s.scroll("c", limit=10_000, with_payload=True)
+    kinds = [p.payload["kind"] for p in points if p.payload["document_id"] == "new.txt"]
+    assert kinds and set(kinds) == {"passage"}
+    for granularity in ("passage", "any", "document"):  # only the new document has these words
+        assert passage_search("tides follow the moon", granularity) == []
+    code, report, _ = run(capsys, argv)  # the rerun completes it
+    assert code == 0 and report["added"] == 1
+    assert passage_search("tides", "passage")[0]["document_id"] == "new.txt"
+    # Updated: the new version's passages overwrite the old ones, its own point keeps the old hash.
+    (corpus / "changed.txt").write_text("eclipses darken the harbour lights. " * 20)
+    killed_sync("changed.txt")
+    for granularity in ("passage", "any", "document"):
+        assert passage_search("eclipses darken", granularity) == []
+    code, hits, _ = run(capsys, ["search", "harbour boats winter", "--granularity", "passage", "--limit", "50",
+                                 *opts])
+    for hit in hits:  # whatever shows of the changed document is of its complete, old version
+        assert hit["document_id"] != "changed.txt" or "eclipses" not in (hit.get("excerpt") or "")
+    code, report, _ = run(capsys, argv)  # the rerun completes it
+    assert code == 0 and report["updated"] == 1
+    assert {h["document_id"] for h in passage_search("eclipses darken", "passage")} == {"changed.txt"}
+
+
 def test_sigkill_mid_delete_converges_on_rerun(tmp_path, opts, tiny_folder, capsys):
     corpus = make_corpus(tmp_path / "docs", 20)
     argv = ["sync", str(corpus), "--passage-tokens", "8", *opts]
@@ -585,7 +667,10 @@ def test_hybrid_is_the_default_and_search_shows_the_best_passage(tmp_path, opts,
             assert code == 0 and len(hits) == 4 and all(h["best_passage"] is not None for h in hits), err
     main(["search", "topic 3", "--limit", "1", *opts])
     printed = capsys.readouterr().out.splitlines()
-    assert len(printed) == 2 and printed[1].strip().startswith("passage ") and "topic" in printed[1]
+    # the document and the line of its best passage, then its original text around that passage
+    assert len(printed) == 2 and printed[0].endswith("(line 1)") and "topic" in printed[1]
+    shown = printed[1].strip().strip("\u2026")
+    assert any(shown in " ".join(f.read_text().split()) for f in corpus.glob("*.txt"))
     code, hits, err = run(capsys, ["search", "the of and", *opts])
     assert code == 0 and hits and "note: the query has no BM25 terms" in err
 
@@ -680,7 +765,11 @@ def test_rebuild_moves_absolute_ids_to_relative_and_a_moved_folder_keeps_them(tm
     assert stored_ids(tmp_path / "store") == [f.name for f in files]
     moved = corpus.rename(tmp_path / "elsewhere")  # another checkout, or the folder moved
     code, report, err = run(capsys, ["sync", str(moved), *opts])
-    assert code == 0 and report["unchanged"] == 6 and report["added"] == 0, err
+    # same ids, nothing embedded again: only the path each file is read from is new
+    assert code == 0 and report["metadata_updated"] == 6 and report["updated"] == report["added"] == 0, err
+    assert report["unchanged"] == report["deleted"] == 0
+    paths = {doc_id: payload["metadata"]["path"] for doc_id, payload in stored_payloads(tmp_path / "store").items()}
+    assert paths == {f.name: str(moved / f.name) for f in files}
 
 
 def test_id_prefixes_keep_several_roots_in_one_collection(tmp_path, opts, capsys):

@@ -264,7 +264,7 @@ def test_long_document_is_embedded_whole_with_flat_memory(store, tiny_folder):
     hooks = [layer.mixer.register_forward_hook(lambda m, i, o: widest.append(i[0].shape[1])) for layer in
              emb.model.layers]
     try:
-        report = QdrantSync(store, "docs", emb).sync([Document("book.txt", text)])
+        report = QdrantSync(store, "docs", emb, passage_tokens=0).sync([Document("book.txt", text)])
     finally:
         for h in hooks:
             h.remove()
@@ -727,7 +727,8 @@ def test_collections_get_payload_indexes_on_what_syncs_filter_by(store, embedder
         warnings.simplefilter("error")  # local mode's "indexes have no effect" warning stays silent
         QdrantSync(recording, "docs", embedder).sync(CORPUS[:2])
     assert recording.indexes == [("docs", "document_id", "keyword"), ("docs", "kind", "keyword"),
-                                 ("docs", "passage", "integer"), ("docs", "root", "keyword")]
+                                 ("docs", "passage", "integer"), ("docs", "passages", "integer"),
+                                 ("docs", "root", "keyword")]
 
 
 def test_a_foreign_collection_named_like_the_staging_one_is_never_dropped(store, embedder):
@@ -749,7 +750,7 @@ def test_metadata_indexes_are_created_with_the_collection_and_later(store, embed
         QdrantSync(store, "docs", embedder, index_metadata={"lang": "text"})
     QdrantSync(recording, "docs", embedder, index_metadata={"lang": "keyword"}).sync(DOCS)
     QdrantSync(recording, "docs", embedder, index_metadata={"lang": "keyword", "n": "integer"}).sync(DOCS)
-    assert ("docs", "metadata.lang", "keyword") in recording.indexes[:5]
+    assert ("docs", "metadata.lang", "keyword") in recording.indexes[:6]
     assert ("docs", "metadata.n", "integer") in recording.indexes
     hits = QdrantSync.open(store, "docs", embedder).search("state", filter={"lang": "fr", "n": 3})
     assert [h.document_id for h in hits] == ["c.txt"]

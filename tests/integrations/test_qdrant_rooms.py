@@ -6,6 +6,8 @@ import pytest
 pytest.importorskip("qdrant_client")
 
 from recemb_integrations.qdrant import (  # noqa: E402
+    DEFAULT_PASSAGE_OVERLAP,
+    DEFAULT_PASSAGE_TOKENS,
     CollectionMismatchError,
     CollectionRecord,
     Delete,
@@ -43,8 +45,23 @@ def test_a_collection_without_a_record_is_not_recembs():
 
 def test_settings_come_from_the_record_where_none_are_requested():
     kept = record(passage_tokens=64, passage_overlap=8, max_tokens=1000)
-    assert reconcile_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english")
-    assert reconcile_settings(None, RequestedSettings(passage_tokens=32)) == SyncSettings(32, 0, None, True)
+    # a record of a recemb that did not record the threshold: every document got passages
+    assert reconcile_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english", 0)
+    assert reconcile_settings(record(passage_tokens=64, passage_overlap=8, passages_above=100),
+                              RequestedSettings()).passages_above == 100
+    # a new collection: the named passages with no overlap and their own length as threshold, else the defaults
+    assert reconcile_settings(None, RequestedSettings(passage_tokens=32)) == SyncSettings(32, 0, None, True,
+                                                                                        passages_above=32)
+    assert reconcile_settings(None, RequestedSettings()) == SyncSettings(
+        DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, None, True, passages_above=DEFAULT_PASSAGE_TOKENS)
+    assert reconcile_settings(None, RequestedSettings(passage_tokens=0)).passage_tokens is None
+    assert reconcile_settings(None, RequestedSettings(passages_above=500)).passages_above == 500
+    # "no passages" named against a collection without them is no conflict; against one with them it is
+    assert reconcile_settings(record(), RequestedSettings(passage_tokens=0)).passage_tokens is None
+    with pytest.raises(SettingsConflict):
+        reconcile_settings(kept, RequestedSettings(passage_tokens=0))
+    with pytest.raises(SettingsConflict):
+        reconcile_settings(kept, RequestedSettings(passages_above=10))
     assert reconcile_settings(record(sparse={"language": "german"}), RequestedSettings()).sparse_language == "german"
 
 

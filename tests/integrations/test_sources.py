@@ -103,9 +103,12 @@ def test_empty_arguments_and_system_paths_are_refused_before_anything_is_listed(
         folder_sources(["/proc/self"])
 
 
-def test_the_metadata_is_the_indexed_file_metadata(docs):
-    assert file_metadata(docs / "Guide.MD", 12) == {"file_name": "Guide.MD", "suffix": ".md", "bytes": 12}
-    assert set(file_metadata(docs / "a.md", 0)) == set(FILE_METADATA_INDEXES)
+def test_the_metadata_is_the_indexed_file_metadata_and_the_path(docs, monkeypatch):
+    assert file_metadata(docs / "Guide.MD", 12) == {"file_name": "Guide.MD", "suffix": ".md", "bytes": 12,
+                                                   "path": str(docs / "Guide.MD")}
+    assert set(file_metadata(docs / "a.md", 0)) == set(FILE_METADATA_INDEXES) | {"path"}  # the path: read, not filtered
+    monkeypatch.chdir(docs)
+    assert file_metadata(Path("sub/b.txt"), 0)["path"] == str(docs / "sub" / "b.txt")  # absolute, as the sync reads it
 
 
 def test_sources_read_lazily_and_are_built_anew_on_each_access(docs):
@@ -117,7 +120,8 @@ def test_sources_read_lazily_and_are_built_anew_on_each_access(docs):
     assert all(isinstance(s, DocumentSource) for s in sources) and [s.id for s in sources] == list(found.ids)
     first = sources[0]
     text = (docs / "sub" / "b.txt").read_text()
-    assert first.metadata == {"file_name": "b.txt", "suffix": ".txt", "bytes": len(text)} and first.size == len(text)
+    assert first.metadata == {"file_name": "b.txt", "suffix": ".txt", "bytes": len(text),
+                              "path": str(docs / "sub" / "b.txt")} and first.size == len(text)
     assert first.read() == text and first.fingerprint() == (content_hash(text), False)
     write(docs / "sub" / "b.txt", "changed since")  # nothing was read when the sources were built: read now
     assert first.read() == "changed since"

@@ -1,0 +1,85 @@
+"""What ``recemb search`` shows under a hit: the original text around the passage that matched, and where it is
+(a line of a text file, a page of a PDF). The text comes from the collection where it stores texts, else from the
+file the document was synced from, if it has not changed since (its content hash still matches)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recemb_integrations.excerpts import excerpt, position
+from recemb_integrations.formats import FORMAT_SUFFIXES, ExtractionError, pdf_page_starts
+from recemb_integrations.sources import read_unchanged
+
+__all__ = ["Evidence", "EvidenceReader"]
+
+EXCERPT_CHARS = 300  # about three lines of a terminal
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """``excerpt``: the original text, one line; ``position``: where it is ("line 14", "page 3", "characters
+    1,045-1,610"); ``note``: why the original text is not shown (or not all of it), where it is not."""
+
+    excerpt: str | None
+    position: str | None
+    note: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        return {k: v for k, v in (("excerpt", self.excerpt), ("position", self.position), ("note", self.note))
+                if v is not None}
+
+
+class EvidenceReader:
+    """Evidence of hits, each file read at most once (several hits may come from one document)."""
+
+    def __init__(self, width: int = EXCERPT_CHARS):
+        self.width = width
+        self._texts: dict[tuple[str, str], str | None] = {}
+        self._pages: dict[str, list[tuple[int, int]] | None] = {}
+
+    def of(self, hit: Any) -> Evidence:
+        span = hit.span
+        passage_text = hit.text if hit.passage is not None else hit.best_passage_text
+        if (hit.passage is not None or hit.best_passage is not None) and span is None:
+            return Evidence(excerpt(passage_text, 0, len(passage_text), self.width) if passage_text else None, None,
+                            "this passage was written before recemb recorded where passages are: its text is decoded "
+                            "from its tokens (lower-cased, spaced) where stored; `recemb sync --rebuild` records them")
+        path = hit.metadata.get("path") if isinstance(hit.metadata, dict) else None
+        path = path if isinstance(path, str) and path else None
+        kind = FORMAT_SUFFIXES.get(Path(path).suffix.lower(), "text") if path else _kind(hit.metadata)
+        start, end = span if span is not None else (0, 0)  # no passage: the document's beginning
+        text = hit.text if hit.passage is None else None  # the document's own text, where the collection keeps it
+        on_file = self._text(path, hit.content_hash) if path and hit.content_hash else None
+        text = text if text is not None else on_file
+        if text is not None:
+            pages = self._page_starts(path) if kind == "PDF" and on_file is not None else None
+            return Evidence(excerpt(text, start, end, self.width), position(kind, text, start, pages))
+        where = f"characters {start + 1:,}-{end:,}" if span is not None else None
+        if passage_text is not None:  # the passage is stored, its document's text is not at hand
+            return Evidence(excerpt(passage_text, 0, len(passage_text), self.width), where)
+        missing = ("its file has changed or moved since the sync" if path else
+                   "it was not synced from a file")
+        return Evidence(None, where, "the text is not stored in the collection (sync with --store-text to keep it) "
+                                     f"and {missing}")
+
+    def _text(self, path: str, content_hash: str) -> str | None:
+        key = (path, content_hash)
+        if key not in self._texts:
+            self._texts[key] = read_unchanged(path, content_hash)
+        return self._texts[key]
+
+    def _page_starts(self, path: str) -> list[tuple[int, int]] | None:
+        if path not in self._pages:
+            try:
+                self._pages[path] = pdf_page_starts(path)
+            except (OSError, ExtractionError):
+                self._pages[path] = None
+        return self._pages[path]
+
+
+def _kind(metadata: Any) -> str:
+    """A document's format from its metadata when no path is recorded (a document given through the API)."""
+    suffix = metadata.get("suffix") if isinstance(metadata, dict) else None
+    return FORMAT_SUFFIXES.get(suffix, "text") if isinstance(suffix, str) else "text"

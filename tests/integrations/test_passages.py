@@ -1,0 +1,262 @@
+"""Passages a user can read and trust: each records its characters in the document's own text, its stored text and
+its BM25 vector are that original span, long documents get passages by default, and a search shows passages only of
+complete documents."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("qdrant_client")
+
+from recemb.core import Embedder  # noqa: E402
+from recemb.core.tokenizer import TextTokenizer  # noqa: E402
+from recemb_integrations.qdrant import (  # noqa: E402
+    DEFAULT_PASSAGE_OVERLAP,
+    DEFAULT_PASSAGE_TOKENS,
+    Document,
+    QdrantSync,
+    collection_settings,
+    content_hash,
+    point_id,
+)
+from tests.integrations.test_qdrant import make_store  # noqa: E402
+from tests.utils import SAMPLE_TEXT, transformers_model  # noqa: E402
+
+ACCENTED = "Herr Müller trinkt einen Café an der Straße in München."
+TEXTS = [
+    SAMPLE_TEXT * 3,
+    "Ünïcödé  text,\twith   runs of  spaces\nand lines;\r\nCJK 状态空间模型 and emoji 🙂 too. " * 4,
+    ACCENTED + " " + SAMPLE_TEXT,
+    "short one",
+]
+
+
+def _wordpiece(folder):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"],
+                                        show_progress=False)
+    tok.train_from_iterator(TEXTS * 4, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
+                                                                                              ("[SEP]", 3)])
+    return tok, {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]"}
+
+
+def _metaspace(folder):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    tok.train_from_iterator(TEXTS * 4, trainer=trainer)
+    return tok, {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+
+
+def _byte_level(folder):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TEXTS * 4, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    return tok, {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+
+
+BUILDERS = {"wordpiece": _wordpiece, "metaspace": _metaspace, "byte-level": _byte_level}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def kind_embedder(request, tmp_path_factory):
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp(request.param) / "model"
+    transformers_model("g1", vocab_size=320).save_pretrained(str(folder))
+    tok, special = BUILDERS[request.param](folder)
+    assert tok.get_vocab_size() <= 320
+    PreTrainedTokenizerFast(tokenizer_object=tok, **special).save_pretrained(str(folder))
+    return request.param, Embedder.from_pretrained(folder, device="cpu", backend="torch")
+
+
+def passages_of(store, collection, doc_id):
+    from qdrant_client import models as qm
+
+    points, _ = store.scroll(collection, limit=10_000, with_vectors=True, filter=qm.Filter(must=[
+        qm.FieldCondition(key="document_id", match=qm.MatchValue(value=doc_id)),
+        qm.FieldCondition(key="kind", match=qm.MatchValue(value="passage"))]))
+    return sorted(points, key=lambda p: p.payload["passage"])
+
+
+def whole_offsets(embedder, text):
+    """The tokenizer's own offsets of every token of the text (the independent reference)."""
+    enc = embedder.tokenizer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return enc["input_ids"], enc["offset_mapping"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_each_passage_is_its_tokens_original_characters(kind_embedder, tmp_path, monkeypatch, streamed):
+    kind, emb = kind_embedder
+    if streamed:  # every text goes through the windowed stream, in many pieces
+        import recemb.core.embedder as embedder_module
+
+        if not emb.tokenizer.streamable:
+            pytest.skip(f"{kind} is not streamable")
+        monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 8)
+        real = TextTokenizer.encode_stream
+        monkeypatch.setattr(TextTokenizer, "encode_stream",
+                            lambda self, text, window_chars=40, **k: real(self, text, window_chars=40, **k))
+    size, overlap = 12, 3
+    docs = [Document(f"d{i}", t) for i, t in enumerate(TEXTS)]
+    with make_store("edge", tmp_path / "store") as store:
+        QdrantSync(store, "p", emb, store_text=True, passage_tokens=size, passage_overlap=overlap,
+                   passages_above=0).sync(docs)
+        for doc in docs:
+            ids = emb.tokenize([doc.text])[0]
+            body = ids[:-1]
+            _, offsets = whole_offsets(emb, doc.text)
+            lead = len(body) - len(offsets)  # the tokens the post-processor puts before the text (BOS, CLS)
+            passages = passages_of(store, "p", doc.id)
+            starts = list(range(0, max(len(body) - overlap, 1), size - overlap))
+            assert [p.payload["passage"] for p in passages] == list(range(len(starts)))
+            windows = [body[s:s + size] + [emb.tokenizer.eos_token_id] for s in starts]
+            vectors = emb.embed_token_ids(windows, normalize=True).numpy()
+            for p, s, window, vector in zip(passages, starts, windows, vectors):
+                start, end = p.payload["start"], p.payload["end"]
+                assert p.payload["text"] == doc.text[start:end]
+                assert p.payload["document_hash"] == content_hash(doc.text)
+                assert p.payload["tokens"] == len(window)
+                covered = [offsets[i - lead] for i in range(s, min(s + size, len(body))) if i >= lead]
+                assert (start, end) == (covered[0][0], max(e for _, e in covered))
+                # the same ids as before offsets: the same vector
+                np.testing.assert_allclose(p.vector["dense"], vector, rtol=1e-5, atol=1e-6)
+
+
+def test_passage_bm25_counts_the_original_words(tiny_embedder, tmp_path):
+    kind_texts = [Document("m.txt", ACCENTED), Document("other.txt", SAMPLE_TEXT)]
+    with make_store("edge", tmp_path / "store") as store:
+        # Passages long enough to hold a whole word of this tiny tokenizer, which cuts words into pieces.
+        sync = QdrantSync(store, "p", tiny_embedder, passage_tokens=12, passage_overlap=6, passages_above=0)
+        sync.sync(kind_texts)
+        hits = sync.search("Müller", mode="sparse", granularity="passage")
+        assert hits and hits[0].document_id == "m.txt"
+        assert ACCENTED[hits[0].start:hits[0].end] in ACCENTED and "Müller" in ACCENTED[hits[0].start:hits[0].end]
+        assert sync.search("München", mode="sparse", granularity="passage")[0].document_id == "m.txt"
+
+
+@pytest.fixture
+def wordpiece_embedder(tmp_path_factory):
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("wp") / "model"
+    transformers_model("g1", vocab_size=320).save_pretrained(str(folder))
+    tok, special = _wordpiece(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tok, **special).save_pretrained(str(folder))
+    return Embedder.from_pretrained(folder, device="cpu", backend="torch")
+
+
+def test_an_accent_stripping_tokenizer_still_finds_the_accented_word(wordpiece_embedder, tmp_path):
+    # The issue's case: the decode of "Müller" by a BERT tokenizer is "muller", which BM25 never matched.
+    with make_store("edge", tmp_path / "store") as store:
+        sync = QdrantSync(store, "p", wordpiece_embedder, store_text=True, passage_tokens=4, passage_overlap=0,
+                          passages_above=0)
+        sync.sync([Document("m.txt", ACCENTED), Document("other.txt", SAMPLE_TEXT)])
+        hits = sync.search("Müller", mode="sparse", granularity="passage")
+        assert hits and hits[0].document_id == "m.txt" and "Müller" in hits[0].text
+        assert hits[0].text == ACCENTED[hits[0].start:hits[0].end]
+
+
+@pytest.mark.parametrize("kind", ["edge", "local"])
+def test_long_documents_get_passages_by_default_and_short_ones_stand_alone(tiny_embedder, tmp_path, kind):
+    long_text = SAMPLE_TEXT * 12
+    ids = tiny_embedder.tokenize([long_text, "a short note"])
+    assert len(ids[0]) - 1 > DEFAULT_PASSAGE_TOKENS >= len(ids[1]) - 1
+    with make_store(kind, tmp_path / "store") as store:
+        sync = QdrantSync(store, "p", tiny_embedder, store_text=True)
+        sync.sync([Document("long.txt", long_text), Document("short.txt", "a short note")])
+        recorded = collection_settings(store, "p")
+        assert (recorded["passage_tokens"], recorded["passage_overlap"], recorded["passages_above"]) == (
+            DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, DEFAULT_PASSAGE_TOKENS)
+        assert len(passages_of(store, "p", "long.txt")) > 1
+        assert passages_of(store, "p", "short.txt") == []
+        assert store.retrieve("p", [point_id("short.txt")])[0].payload["passages"] == 0
+        # At passage granularity a document too short for passages is its own passage.
+        found = {h.document_id for h in sync.search("a short note", granularity="passage", limit=50)}
+        assert found == {"long.txt", "short.txt"}
+        # Another sync that names nothing keeps what the collection recorded; opting out is a conflict.
+        again = QdrantSync(store, "p", tiny_embedder, store_text=True)
+        assert again.sync([Document("long.txt", long_text), Document("short.txt", "a short note")]).unchanged == 2
+        from recemb_integrations.qdrant import CollectionMismatchError
+
+        with pytest.raises(CollectionMismatchError, match="passage_tokens"):
+            QdrantSync(store, "p", tiny_embedder, passage_tokens=0).sync([Document("long.txt", long_text)])
+
+
+def test_no_passages_is_recorded_and_kept(tiny_embedder, tmp_path):
+    with make_store("edge", tmp_path / "store") as store:
+        QdrantSync(store, "p", tiny_embedder, passage_tokens=0).sync([Document("long.txt", SAMPLE_TEXT * 12)])
+        assert collection_settings(store, "p")["passage_tokens"] is None
+        report = QdrantSync(store, "p", tiny_embedder).sync([Document("long.txt", SAMPLE_TEXT * 13)])
+        assert report.updated == 1 and passages_of(store, "p", "long.txt") == []
+        assert store.count("p") == 1
+
+
+def test_a_collection_recorded_before_the_threshold_keeps_giving_every_document_passages(tiny_embedder, tmp_path):
+    with make_store("edge", tmp_path / "store") as store:
+        QdrantSync(store, "p", tiny_embedder, passage_tokens=6, passages_above=0).sync([Document("a", "x y")])
+        info = store.collection_info("p")
+        record = dict(info.metadata["recemb"])
+        del record["passages_above"]  # what an earlier recemb wrote
+        store.update_metadata("p", {"recemb": record})
+        sync = QdrantSync(store, "p", tiny_embedder)
+        sync.sync([Document("a", "x y"), Document("b", "one two")])
+        assert sync.passages_above == 0 and len(passages_of(store, "p", "b")) == 1
+
+
+def _write_incomplete(store, emb, doc_id, text, size=6):
+    """What a sync stopped after a document's passages and before its own point leaves behind: its passages, cut
+    from ``text``, and its own point as it was (absent, or an older version)."""
+    from recemb_integrations.qdrant.calls import StoreCalls
+    from recemb_integrations.qdrant.writer import DocumentWriter
+
+    sync = QdrantSync(store, "p", emb, store_text=True)
+    sync.ensure_collection()
+    writes = []
+    writer = DocumentWriter(emb, sync.write_job(), writes.append)
+    writer.write([(_entry(doc_id, text), "added")], lambda outcome: None)
+    document_points = writes.pop()  # the document's own point is the last write: it never lands
+    assert all(p.payload["kind"] == "document" for p in document_points.points)
+    calls = StoreCalls(store)
+    for write in writes:
+        calls.write("p", write)
+
+
+def _entry(doc_id, text):
+    from recemb_integrations.qdrant import documents
+
+    return documents.read_entries([Document(doc_id, text)])[0][0]
+
+
+@pytest.mark.parametrize("kind", ["edge", "local"])
+@pytest.mark.parametrize("granularity", ["passage", "any", "document"])
+def test_a_search_never_shows_passages_of_an_incomplete_document(tiny_embedder, tmp_path, kind, granularity):
+    old, new = SAMPLE_TEXT * 4, "Completely rewritten: tides follow the moon. " * 30
+    with make_store(kind, tmp_path / "store") as store:
+        sync = QdrantSync(store, "p", tiny_embedder, store_text=True, passage_tokens=6, passage_overlap=0,
+                          passages_above=0)
+        sync.sync([Document("kept.txt", old), Document("changed.txt", old)])
+        _write_incomplete(store, tiny_embedder, "changed.txt", new)  # stopped mid-update
+        _write_incomplete(store, tiny_embedder, "new.txt", new)  # stopped mid-add
+        hashes = {"kept.txt": content_hash(old), "changed.txt": content_hash(old)}
+        searcher = QdrantSync.open(store, "p", tiny_embedder)
+        for mode in ("sparse", "dense", "hybrid"):  # BM25 finds only the incomplete passages: none may show
+            hits = searcher.search("tides follow the moon", limit=50, granularity=granularity, mode=mode)
+            assert hits or mode == "sparse"
+            assert "new.txt" not in {h.document_id for h in hits}
+            for hit in hits:
+                assert hit.content_hash == hashes[hit.document_id]
+                text = hit.text if hit.passage is not None else hit.best_passage_text
+                if hit.span is not None:  # only the complete (old) version's passages: its text, its span
+                    assert text == old[hit.span[0]:hit.span[1]]
