@@ -38,7 +38,7 @@ common = ["--qdrant-path", str(WORK / "store"), "--collection", "examples"]
 if args.model:
     common += ["--model", args.model]
 print("$ recemb sync examples/documents")
-# The default settings: hybrid (dense + BM25), and passages of 128 tokens for documents longer than that (here
+# The default settings: hybrid (dense + BM25), and passages of 128 tokens for documents longer than 512 (here
 # lighthouses.md), each recording where it is in its file; the texts stay in the files (no --store-text).
 code = recemb(["sync", str(HERE / "documents"), *common])
 for query in ("how does memory stay constant for long inputs?", "when are tides strongest?",

@@ -67,7 +67,11 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
                              "holds")
     # A search reads passages from the collection; the flags stay accepted there (and ignored) for old scripts.
     hidden = not sync
-    from recemb_integrations.qdrant.record import DEFAULT_PASSAGE_OVERLAP, DEFAULT_PASSAGE_TOKENS
+    from recemb_integrations.qdrant.record import (
+        DEFAULT_PASSAGE_OVERLAP,
+        DEFAULT_PASSAGE_TOKENS,
+        DEFAULT_PASSAGES_ABOVE,
+    )
 
     passages = parser.add_mutually_exclusive_group()
     passages.add_argument("--passage-tokens", type=non_negative_int, help=argparse.SUPPRESS if hidden else
@@ -81,8 +85,8 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
                               help="index whole documents only (the same as --passage-tokens 0)")
         parser.add_argument("--passages-above", type=non_negative_int, metavar="TOKENS",
                             help="cut only documents longer than this many tokens into passages (default: the "
-                                 "collection's, else the passage length: a document that fits in one passage is "
-                                 "found by its own point)")
+                                 f"collection's, else {DEFAULT_PASSAGES_ABOVE} with the default passages and the "
+                                 "passage length with --passage-tokens)")
 
 
 def refuse_blank_options(args: argparse.Namespace) -> None:

@@ -67,6 +67,7 @@ from recemb_integrations.qdrant.points import (
 from recemb_integrations.qdrant.record import (
                                                    DEFAULT_PASSAGE_OVERLAP,
                                                    DEFAULT_PASSAGE_TOKENS,
+                                                   DEFAULT_PASSAGES_ABOVE,
                                                    LAYOUT_VERSION,
                                                    META_KEY,
                                                    REBUILD_SUFFIX,
@@ -97,7 +98,8 @@ __all__ = [
     "DocumentWriter", "Executor", "FUSIONS", "KIND_DOCUMENT", "KIND_PASSAGE", "LAYOUT_VERSION", "LocalExecutor",
     "MASS_DELETE_MIN_DOCUMENTS", "MAX_SEARCH_LIMIT", "META_KEY", "MassDeletionError", "NothingReadableError",
     "PAYLOAD_INDEXES", "PassageWindows", "QdrantSync", "REBUILD_SUFFIX", "ROOT_KEY", "RRF_K", "RebuildError",
-    "RequestedSettings", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "choose_passages", "SEARCH_MODES",
+    "RequestedSettings", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "DEFAULT_PASSAGES_ABOVE",
+    "choose_passages", "SEARCH_MODES",
     "SearchHit", "SearchNotice", "SettingsConflict", "StoreCalls",
     "StoredDocuments", "SyncReport", "SyncSettings", "Upsert", "Write", "WriteJob", "WriteOutcome",
     "check_collection_name", "check_passage_settings", "collection_settings", "content_hash", "describe_root",

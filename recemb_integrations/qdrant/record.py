@@ -18,7 +18,8 @@ from recemb_integrations.qdrant.errors import CollectionMismatchError, SettingsC
 from recemb_integrations.stores import DENSE_VECTOR, SPARSE_VECTOR
 
 __all__ = ["CollectionRecord", "DISTANCE_NAME", "INVALID_COLLECTION_CHARS", "LAYOUT_VERSION", "MAX_COLLECTION_NAME",
-           "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "META_KEY", "REBUILD_SUFFIX", "RequestedSettings",
+           "DEFAULT_PASSAGES_ABOVE", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "META_KEY", "REBUILD_SUFFIX",
+           "RequestedSettings",
            "SyncSettings", "check_collection_name", "check_passage_settings", "choose_passages",
            "default_passages_above", "layout_version", "legacy_hybrid_refusal", "reconcile_settings",
            "recorded_layout"]
@@ -33,9 +34,11 @@ REBUILD_SUFFIX = ".recemb-rebuild"  # the staging collection of a rebuild
 INVALID_COLLECTION_CHARS = '<>:"/\\|?*\x00\x1f'
 MAX_COLLECTION_NAME = 255
 POOLING = "last token (appended EOS), L2-normalised"
-# A new collection's passages where none are named: chosen by benchmarks/hybrid_quality.py (docs/quality.md).
+# A new collection's passages where none are named, chosen by benchmarks/hybrid_quality.py (docs/quality.md): they
+# pay on long documents and not on short ones, which they only make slower to sync.
 DEFAULT_PASSAGE_TOKENS = 128
 DEFAULT_PASSAGE_OVERLAP = 16
+DEFAULT_PASSAGES_ABOVE = 512
 
 
 def default_passages_above(passage_tokens: int | None) -> int:
@@ -271,8 +274,9 @@ def legacy_hybrid_refusal(collection: str) -> str:
 def choose_passages(kept: SyncSettings | None, tokens: int | None, overlap: int | None, above: int | None
                     ) -> tuple[int | None, int, int]:
     """(passage_tokens or None, passage_overlap, passages_above): the named ones (``tokens=0``: no passages), else
-    ``kept`` (a collection's settings), else the defaults. Named tokens without an overlap share none; the threshold
-    follows named tokens unless it is named too."""
+    ``kept`` (a collection's settings), else the defaults (``DEFAULT_PASSAGE_TOKENS`` / ``_OVERLAP`` / ``_ABOVE``).
+    Named tokens without an overlap share none, and without a threshold are cut from every document longer than one
+    passage."""
     if tokens is None:
         if kept is not None:
             tokens = kept.passage_tokens
@@ -281,6 +285,7 @@ def choose_passages(kept: SyncSettings | None, tokens: int | None, overlap: int 
         else:
             tokens = DEFAULT_PASSAGE_TOKENS
             overlap = DEFAULT_PASSAGE_OVERLAP if overlap is None else overlap
+            above = DEFAULT_PASSAGES_ABOVE if above is None else above
     if not tokens:
         return None, overlap or 0, above or 0
     return tokens, overlap or 0, default_passages_above(tokens) if above is None else above
@@ -290,9 +295,9 @@ def reconcile_settings(record: CollectionRecord | None, requested: RequestedSett
                        rebuild: bool = False) -> SyncSettings:
     """The settings a sync uses: those requested where given, else the collection's (a later sync need not repeat
     them), else for a new collection the defaults (passages of ``DEFAULT_PASSAGE_TOKENS`` for documents longer than
-    one). A requested setting that contradicts the collection is a ``SettingsConflict`` (a recemb 0.1 collection
-    asked for BM25 vectors, a ``CollectionMismatchError``). A rebuild takes the requested ones, and the collection's
-    passages and truncation where none are requested. Impossible values are a ValueError."""
+    ``DEFAULT_PASSAGES_ABOVE`` tokens). A requested setting that contradicts the collection is a ``SettingsConflict``
+    (a recemb 0.1 collection asked for BM25 vectors, a ``CollectionMismatchError``). A rebuild takes the requested
+    ones, and the collection's passages and truncation where none are requested. Impossible values are a ValueError."""
     if record is None or rebuild:
         kept = record.settings if record is not None else None
         tokens, overlap, above = choose_passages(kept, requested.passage_tokens, requested.passage_overlap,

@@ -63,10 +63,11 @@ class QdrantSync:
         store_text: keep each document's text in its payload (returned by ``search``).
         passage_tokens: also store one point per passage of this many tokens (documents stay whole); 0: no
             passages; None: the collection's setting, or for a new collection ``DEFAULT_PASSAGE_TOKENS`` (128, with
-            an overlap of 16, for documents longer than one passage: docs/quality.md measured what they are worth).
+            an overlap of 16, for documents longer than 512 tokens: docs/quality.md measured what they are worth).
         passage_overlap: tokens shared by consecutive passages (None: the collection's, or the default).
-        passages_above: only documents of more than this many tokens get passages (None: the collection's, or
-            ``passage_tokens``: a document that fits in one passage is found by its own point).
+        passages_above: only documents of more than this many tokens get passages (None: the collection's, for a
+            new collection 512 with the default passages, else ``passage_tokens``: a document that fits in one
+            passage is found by its own point).
         batch_size: documents read, embedded and written together: their points go in one request (a batch also
             closes at ``writer.BATCH_MAX_CHARS`` of text, so large documents do not pile up in memory).
         retries: attempts for a write or read that fails with a transient server error.

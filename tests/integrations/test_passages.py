@@ -12,6 +12,7 @@ from recemb.core.tokenizer import TextTokenizer  # noqa: E402
 from recemb_integrations.qdrant import (  # noqa: E402
     DEFAULT_PASSAGE_OVERLAP,
     DEFAULT_PASSAGE_TOKENS,
+    DEFAULT_PASSAGES_ABOVE,
     Document,
     QdrantSync,
     collection_settings,
@@ -170,24 +171,24 @@ def test_an_accent_stripping_tokenizer_still_finds_the_accented_word(wordpiece_e
 
 @pytest.mark.parametrize("kind", ["edge", "local"])
 def test_long_documents_get_passages_by_default_and_short_ones_stand_alone(tiny_embedder, tmp_path, kind):
-    long_text = SAMPLE_TEXT * 12
-    ids = tiny_embedder.tokenize([long_text, "a short note"])
-    assert len(ids[0]) - 1 > DEFAULT_PASSAGE_TOKENS >= len(ids[1]) - 1
+    long_text, middling = SAMPLE_TEXT * 12, SAMPLE_TEXT * 2
+    ids = tiny_embedder.tokenize([long_text, middling])
+    assert len(ids[0]) - 1 > DEFAULT_PASSAGES_ABOVE >= len(ids[1]) - 1 > DEFAULT_PASSAGE_TOKENS
     with make_store(kind, tmp_path / "store") as store:
         sync = QdrantSync(store, "p", tiny_embedder, store_text=True)
-        sync.sync([Document("long.txt", long_text), Document("short.txt", "a short note")])
+        sync.sync([Document("long.txt", long_text), Document("short.txt", middling)])
         recorded = collection_settings(store, "p")
         assert (recorded["passage_tokens"], recorded["passage_overlap"], recorded["passages_above"]) == (
-            DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, DEFAULT_PASSAGE_TOKENS)
+            DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, DEFAULT_PASSAGES_ABOVE)
         assert len(passages_of(store, "p", "long.txt")) > 1
         assert passages_of(store, "p", "short.txt") == []
         assert store.retrieve("p", [point_id("short.txt")])[0].payload["passages"] == 0
         # At passage granularity a document too short for passages is its own passage.
-        found = {h.document_id for h in sync.search("a short note", granularity="passage", limit=50)}
+        found = {h.document_id for h in sync.search("state space", granularity="passage", limit=50)}
         assert found == {"long.txt", "short.txt"}
         # Another sync that names nothing keeps what the collection recorded; opting out is a conflict.
         again = QdrantSync(store, "p", tiny_embedder, store_text=True)
-        assert again.sync([Document("long.txt", long_text), Document("short.txt", "a short note")]).unchanged == 2
+        assert again.sync([Document("long.txt", long_text), Document("short.txt", middling)]).unchanged == 2
         from recemb_integrations.qdrant import CollectionMismatchError
 
         with pytest.raises(CollectionMismatchError, match="passage_tokens"):

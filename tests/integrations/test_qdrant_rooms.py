@@ -8,6 +8,7 @@ pytest.importorskip("qdrant_client")
 from recemb_integrations.qdrant import (  # noqa: E402
     DEFAULT_PASSAGE_OVERLAP,
     DEFAULT_PASSAGE_TOKENS,
+    DEFAULT_PASSAGES_ABOVE,
     CollectionMismatchError,
     CollectionRecord,
     Delete,
@@ -53,7 +54,7 @@ def test_settings_come_from_the_record_where_none_are_requested():
     assert reconcile_settings(None, RequestedSettings(passage_tokens=32)) == SyncSettings(32, 0, None, True,
                                                                                         passages_above=32)
     assert reconcile_settings(None, RequestedSettings()) == SyncSettings(
-        DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, None, True, passages_above=DEFAULT_PASSAGE_TOKENS)
+        DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, None, True, passages_above=DEFAULT_PASSAGES_ABOVE)
     assert reconcile_settings(None, RequestedSettings(passage_tokens=0)).passage_tokens is None
     assert reconcile_settings(None, RequestedSettings(passages_above=500)).passages_above == 500
     # "no passages" named against a collection without them is no conflict; against one with them it is
