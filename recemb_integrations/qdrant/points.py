@@ -127,7 +127,9 @@ class PassageWindows:
         if spans is not None:
             if len(spans) != len(ids):
                 raise ValueError(f"{len(ids)} ids with {len(spans)} spans")
-            self._spans = (self._spans or []) + list(spans)
+            if self._spans is None:
+                self._spans = []
+            self._spans.extend(spans)  # in place: the buffer is rebuilt per piece otherwise
         self._buffer += ids
         self._seen += len(ids)
         self._last = ids[-1]

@@ -175,7 +175,7 @@ def _granularity_condition(granularity: str):
                                  models.Filter(must=[match("kind", KIND_DOCUMENT), match("passages", 0)])])
 
 
-def _stored_hashes(calls: StoreCalls, collection: str, document_ids: set[str]) -> dict[str, dict[str, Any]]:
+def _document_points(calls: StoreCalls, collection: str, document_ids: set[str]) -> dict[str, dict[str, Any]]:
     """The payloads of these documents' own points (absent: not written yet)."""
     if not document_ids:
         return {}
@@ -193,7 +193,7 @@ def _complete(passage: dict[str, Any], own: dict[str, Any] | None) -> bool:
 def _point_hits(calls: StoreCalls, collection: str, points) -> tuple[list[SearchHit], set[str]]:
     """Hits of an ungrouped search, and the ids of passages among them whose document is not complete."""
     passages = [p for p in points if p.payload.get("kind") == KIND_PASSAGE]
-    owners = _stored_hashes(calls, collection, {p.payload["document_id"] for p in passages})
+    owners = _document_points(calls, collection, {p.payload["document_id"] for p in passages})
     incomplete = {p.id for p in passages if not _complete(p.payload, owners.get(p.payload["document_id"]))}
     hits = []
     for p in points:
@@ -215,7 +215,7 @@ def _document_hits(calls: StoreCalls, collection: str, groups) -> tuple[list[Sea
         passage = next((h for h in group if h.payload.get("kind") == KIND_PASSAGE), None)
         found.append((group[0], own, passage))
     # Documents whose own point was not among the candidates: their payloads are fetched.
-    stored = _stored_hashes(calls, collection, {best.payload["document_id"] for best, own, _ in found if own is None})
+    stored = _document_points(calls, collection, {best.payload["document_id"] for best, own, _ in found if own is None})
     hits, incomplete = [], set()
     for best, own, passage in found:
         own_payload = own.payload if own is not None else stored.get(best.payload["document_id"])

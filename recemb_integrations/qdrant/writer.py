@@ -159,7 +159,7 @@ class DocumentWriter:
         finished = []
         for (doc, action), vector, doc_pieces, stream in zip(batch, vectors, pieces, streams):
             text_hash, n_passages = content_hash(doc.text), 0
-            if cut:
+            if cut and stream.tokens - 1 > self.job.passages_above:  # a shorter document is its own passage
                 passages = PassageWriter(self, doc, text_hash)
                 for piece_ids, piece_spans in doc_pieces:
                     passages.feed(piece_ids, piece_spans)

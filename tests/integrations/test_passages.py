@@ -143,7 +143,7 @@ def test_passage_bm25_counts_the_original_words(tiny_embedder, tmp_path):
         sync.sync(kind_texts)
         hits = sync.search("Müller", mode="sparse", granularity="passage")
         assert hits and hits[0].document_id == "m.txt"
-        assert ACCENTED[hits[0].start:hits[0].end] in ACCENTED and "Müller" in ACCENTED[hits[0].start:hits[0].end]
+        assert "Müller" in ACCENTED[hits[0].start:hits[0].end]  # the passage found holds the word, as written
         assert sync.search("München", mode="sparse", granularity="passage")[0].document_id == "m.txt"
 
 
@@ -216,7 +216,7 @@ def test_a_collection_recorded_before_the_threshold_keeps_giving_every_document_
         assert sync.passages_above == 0 and len(passages_of(store, "p", "b")) == 1
 
 
-def _write_incomplete(store, emb, doc_id, text, size=6):
+def _write_incomplete(store, emb, doc_id, text):
     """What a sync stopped after a document's passages and before its own point leaves behind: its passages, cut
     from ``text``, and its own point as it was (absent, or an older version)."""
     from recemb_integrations.qdrant.calls import StoreCalls
