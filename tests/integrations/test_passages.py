@@ -261,3 +261,24 @@ def test_a_search_never_shows_passages_of_an_incomplete_document(tiny_embedder, 
                 text = hit.text if hit.passage is not None else hit.best_passage_text
                 if hit.span is not None:  # only the complete (old) version's passages: its text, its span
                     assert text == old[hit.span[0]:hit.span[1]]
+
+
+def test_opting_out_of_a_collections_passages_is_refused_and_changes_nothing(tmp_path, tiny_folder, capsys):
+    from recemb_integrations.cli import main
+    from recemb_integrations.stores import open_store
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "long.txt").write_text(SAMPLE_TEXT * 12)
+    opts = ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c"]
+    assert main(["sync", str(corpus), *opts]) == 0
+    with open_store(path=tmp_path / "store") as store:
+        before = store.count("c")
+    assert before > 1  # the default gave the long document passages
+    capsys.readouterr()
+    for flags in (["--no-passages"], ["--passage-tokens", "0"], ["--passages-above", "0"]):
+        assert main(["sync", str(corpus), *flags, *opts]) == 2
+        err = capsys.readouterr().err
+        assert "was built with" in err and "--rebuild" in err, err
+    with open_store(path=tmp_path / "store") as store:
+        assert store.count("c") == before
