@@ -19,7 +19,14 @@ from recemb.core.architectures import FORMATS_HELP
 from recemb.core.architectures import detect as detect_folder
 from recemb.core.encoder import RecurrentEncoder
 from recemb.core.errors import CheckpointError, ConfigError
-from recemb.core.precision import LOW_PRECISION, auto_dtype, check_quantize, check_saveable, quantize_int8
+from recemb.core.precision import (
+    LOW_PRECISION,
+    auto_dtype,
+    check_quantize,
+    check_saveable,
+    projection_shapes,
+    quantize_int8,
+)
 from recemb.core.tokenizer import TextTokenizer
 
 __all__ = ["BUNDLED_MODELS_DIR", "CheckpointError", "ConfigError", "DEFAULT_MODEL", "FORMATS_HELP",
@@ -140,24 +147,29 @@ def load_encoder(
     """The encoder of a model folder, its architecture picked from the checkpoint (config.json's model_type, or
     the files: params.json for mistral_inference Mamba2, a .pth for RWKV-7); an unknown one is refused by name.
 
-    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere. "auto": on the CPU bf16 where it multiplies
-    bf16 natively and the architecture has a mixed-precision path (Mamba2), else fp32; elsewhere the
-    checkpoint's. bf16 on the CPU is mixed precision: see ``recemb.core.precision``.
-    quantize "int8": in_proj becomes an int8 dynamically quantised layer (CPU, from fp32 weights); with a bf16
-    ``dtype`` (or "auto" on a CPU with bf16 units) out_proj and the embedding table are then bf16 as above.
+    dtype None: fp32 on the CPU, the checkpoint's dtype elsewhere. "auto": on the CPU bf16 where this machine
+    measured bf16 projections of the model's shapes clearly faster than fp32 and the architecture has a
+    mixed-precision path (Mamba2), else fp32 (probed once per machine and cached: ``recemb.core.autodtype``);
+    elsewhere the checkpoint's. bf16 on the CPU is mixed precision: see ``recemb.core.precision``.
+    quantize "int8": in_proj becomes a per-token int8 layer (``recemb.core.int8``; CPU, from fp32 weights); with a
+    bf16 ``dtype`` (or "auto" choosing bf16) out_proj and the embedding table are then bf16 as above.
     """
     folder = Path(folder)
     device = torch.device(device)
     dtype, quantize = resolve_dtype(dtype), check_quantize(quantize)
     if quantize is not None and device.type != "cpu":  # refused before the weights are read
-        raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantised kernels); device is "
+        raise ValueError(f"quantize={quantize!r} runs on the CPU only (integer matmul kernels); device is "
                          f"{device}")
     arch, fmt = detect_folder(folder)
-    if dtype == "auto":
-        dtype = auto_dtype(device, supports_mixed=arch.cpu_mixed_precision)
+    probe = dtype == "auto" and device.type == "cpu" and arch.cpu_mixed_precision  # decided on the fp32 model
+    if dtype == "auto" and not probe:
+        dtype = auto_dtype(device, supports_mixed=False)  # the checkpoint's off the CPU, else fp32
     if arch.cpu_mixed_precision:
-        mixed = device.type == "cpu" and dtype in LOW_PRECISION
+        mixed = device.type == "cpu" and (probe or dtype in LOW_PRECISION)
         model = arch.load(folder, fmt, device, torch.float32 if mixed or quantize else dtype)
+        if probe:  # measured on this model's projection shapes, once per machine (``recemb.core.autodtype``)
+            dtype = auto_dtype(device, shapes=projection_shapes(model))
+            mixed = dtype in LOW_PRECISION
         if mixed or quantize is not None:
             model.keep_weight_samples()  # the checkpoint's identity, before bf16 or int8 change the weights
         if quantize is not None:  # from fp32 weights: in_proj to int8

@@ -1,4 +1,4 @@
-"""Low-precision CPU inference: which weights take bf16, whether this CPU multiplies bf16 natively, and int8.
+"""Low-precision CPU inference: which weights take bf16, which take int8, and what ``dtype="auto"`` picks.
 
 Mixed precision on the CPU. Almost all of an encoder's FLOPs are its projections (Mamba2: in_proj, out_proj),
 and CPUs with AMX multiply bf16 matrices several times faster than fp32 ones. Everything else is
@@ -10,34 +10,43 @@ input in two bf16 halves (``Mamba2Mixer.keep_exact_gate``); that keeps the embed
 fp32 where plain bf16 gave 0.96 (docs/benchmarks.md). On a GPU a bf16 model is bf16 throughout, as the reference
 runs it.
 
-int8 (``quantize="int8"``): in_proj becomes torch's dynamically quantised linear layer (int8 weights per output
-channel, activations quantised per call; its norm's weight folded in first, ``Mamba2Encoder.prepare_int8``);
-out_proj stays fp32, or bf16 with a bf16 dtype. The library and the split were chosen by measurement
-(docs/benchmarks.md, "Low-precision CPU inference").
+int8 (``quantize="int8"``): in_proj becomes recemb's ``Int8Linear`` (``core/int8.py``: int8 weights per output
+channel, activations quantised per token, an exact integer product, outlier input columns in fp32), its norm's
+weight folded in first (``Mamba2Encoder.prepare_int8``); each row's last token takes its gate, Δ and x, B, C from
+fp32 activations. The float products of an int8 mixer run in fixed-size calls (``row_stable_linear``), so a text's
+vector does not depend on the batch it is embedded in. out_proj stays fp32, or bf16 with a bf16 dtype: int8
+weights there, even alone, lose far too much. The split was chosen by measurement (docs/benchmarks.md,
+"Low-precision CPU inference").
+
+``dtype="auto"`` on the CPU is measured, not guessed from the CPU's flags: ``core/autodtype.py``.
 """
 
 from __future__ import annotations
 
 import functools
 import platform
-import warnings
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-__all__ = ["LOW_PRECISION", "QUANTIZE_MODES", "auto_dtype", "check_quantize", "check_saveable", "cpu_has_native_bf16",
-    "is_quantized", "quantize_int8"]
+from recemb.core.autodtype import ProjectionShape, auto_choice
+from recemb.core.int8 import Int8Linear
+
+__all__ = ["DEFAULT_SHAPES", "LOW_PRECISION", "QUANTIZE_MODES", "auto_dtype", "check_quantize", "check_saveable",
+           "cpu_has_native_bf16", "is_quantized", "projection_shapes", "quantize_int8"]
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 QUANTIZE_MODES = (None, "int8")
+# The shapes "auto" probes when it is not given a model's: a 130M-class Mamba2 layer (in_proj, out_proj).
+DEFAULT_SHAPES: tuple[ProjectionShape, ...] = ((768, 3352, True), (1536, 768, False))
 
 
 @functools.cache
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bf16 matrix units that make torch's bf16 matmul faster than fp32: AMX on x86, the
-    BF16 extension on Arm (read from the CPU's feature flags, not guessed from its name). AVX-512 BF16 alone does
-    not count: on such a CPU (AMX not exposed) torch's bf16 matmul measured 0.55-0.65x fp32 (docs/benchmarks.md)."""
+    """Whether this CPU reports bf16 matrix units: AMX on x86, the BF16 extension on Arm (from its feature flags).
+    Informational: ``dtype="auto"`` measures instead (``core/autodtype.py``), as flags alone misled (AVX-512 BF16
+    without AMX made torch's bf16 matmul 0.55-0.65x fp32, docs/benchmarks.md)."""
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "x86"):
         return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
@@ -51,12 +60,27 @@ def cpu_has_native_bf16() -> bool:
     return False
 
 
-def auto_dtype(device: torch.device, supports_mixed: bool = True) -> torch.dtype | None:
-    """``dtype="auto"``: on the CPU bf16 where it has native bf16 matmul (and the architecture has a mixed-
-    precision path), else fp32; elsewhere None (the checkpoint's dtype)."""
+def auto_dtype(device: torch.device, supports_mixed: bool = True,
+               shapes: tuple[ProjectionShape, ...] = DEFAULT_SHAPES) -> torch.dtype | None:
+    """``dtype="auto"``: on the CPU the dtype that multiplies these projection shapes fastest here, measured once
+    per machine and cached (bf16 only where the architecture has a mixed-precision path; ``core/autodtype.py``);
+    elsewhere None (the checkpoint's dtype)."""
     if device.type != "cpu":
         return None
-    return torch.bfloat16 if supports_mixed and cpu_has_native_bf16() else torch.float32
+    return auto_choice(shapes, supports_mixed=supports_mixed).dtype
+
+
+def projection_shapes(model: nn.Module) -> tuple[ProjectionShape, ...]:
+    """The distinct (in, out, int8) shapes of ``model``'s linear layers, largest first (at most 4): what "auto"
+    probes. int8: the layer is one of the model's ``int8_projections``."""
+    names = getattr(model, "int8_projections", None) or ()
+    shapes: dict[tuple[int, int], bool] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, Int8Linear)):
+            shape = (module.in_features, module.out_features)
+            shapes[shape] = shapes.get(shape, False) or any(n in name for n in names)
+    ordered = sorted(shapes.items(), key=lambda item: -item[0][0] * item[0][1])[:4]
+    return tuple((k, n, q) for (k, n), q in ordered) or DEFAULT_SHAPES
 
 
 def check_quantize(quantize: str | None) -> str | None:
@@ -70,34 +94,27 @@ def check_quantize(quantize: str | None) -> str | None:
 
 def quantize_int8(model, device: torch.device):
     """Replace the model's ``int8_projections`` (``nn.Linear`` modules whose qualified names contain one of them)
-    by torch's dynamically quantised int8 linear layers (weights per output channel, activations with one scale
-    per call), in place, after the model's ``prepare_int8``; CPU and fp32 only (quantised kernels are CPU kernels
-    and take fp32 activations)."""
+    by ``Int8Linear`` layers (int8 weights per output channel, int8 activations per token: a text's vector does not
+    depend on its batch), in place, after the model's ``prepare_int8``; CPU and fp32 weights only."""
     names = model.int8_projections
     if names is None:
         raise ValueError(f"quantize='int8' is implemented for Mamba2; this model is {model.config.model_type!r}")
     if device.type != "cpu":
-        raise ValueError(f"quantize='int8' runs on the CPU only (torch's quantised kernels); device is {device}")
+        raise ValueError(f"quantize='int8' runs on the CPU only (integer matmul kernels); device is {device}")
     if next(model.parameters()).dtype != torch.float32:
         raise ValueError("quantize='int8' starts from fp32 weights")
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    # oneDNN is the engine with VNNI/AMX int8 kernels on x86; fbgemm (x86's default) measured slower here.
-    if "onednn" in torch.backends.quantized.supported_engines:
-        torch.backends.quantized.engine = "onednn"
     model.prepare_int8()
-    targets = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
-               if isinstance(module, nn.Linear) and any(n in name for n in names)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao's eager API, still the fastest on the CPU
-        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
-        warnings.filterwarnings("ignore", message=".*quantize_per_channel.*")
-        return quantize_dynamic(model, targets, dtype=torch.qint8, inplace=True)
+    targets = [(name, module) for name, module in model.named_modules()
+               if isinstance(module, nn.Linear) and any(n in name for n in names)]
+    for name, module in targets:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, Int8Linear.from_linear(module))
+    return model
 
 
 def is_quantized(model: nn.Module) -> bool:
     """Whether ``quantize_int8`` replaced any of ``model``'s layers."""
-    return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
+    return any(isinstance(m, Int8Linear) for m in model.modules())
 
 
 def check_saveable(model: nn.Module) -> None:

@@ -18,6 +18,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def probe_cache_dir(tmp_path_factory):
+    """dtype="auto" caches its probe (``recemb.core.autodtype``): in this run's temporary folder, never in the
+    user's cache (subprocesses inherit it)."""
+    folder = tmp_path_factory.mktemp("recemb-cache")
+    os.environ["RECEMB_CACHE_DIR"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory):
     """A transformers-format tiny model folder with a tokenizer (config g1)."""

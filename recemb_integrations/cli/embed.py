@@ -79,7 +79,9 @@ def _read_documents(files: tuple[Path, ...], ids: tuple[str, ...]):
 
 def cmd_info(args: argparse.Namespace) -> int:
     from recemb.core import Embedder, architecture
+    from recemb.core.autodtype import auto_choice
     from recemb.core.loading import detect_architecture, resolve_model_path
+    from recemb.core.precision import projection_shapes
 
     folder = resolve_model_path(args.model)
     name, fmt = detect_architecture(folder)
@@ -94,5 +96,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         "eos_token_id": emb.tokenizer.eos_token_id if emb.tokenizer else None,
         "sentence_transformers": (folder / "modules.json").exists(),
     }
-    emit(args, data, "\n".join(f"{k:>22}: {v}" for k, v in data.items()))
+    # What --dtype auto loads on this CPU: measured once per machine on this model's projection shapes.
+    auto = auto_choice(projection_shapes(emb.model), supports_mixed=architecture(name).cpu_mixed_precision)
+    text = "\n".join([*(f"{k:>22}: {v}" for k, v in data.items()), f"{'dtype auto':>22}: {auto.describe()}"])
+    emit(args, {**data, "dtype_auto": auto.to_dict()}, text)
     return EXIT_OK

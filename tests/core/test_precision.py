@@ -8,9 +8,17 @@ import torch
 import torch.nn.functional as F
 
 from recemb.core import DEFAULT_MODEL, Embedder, encode_vertical
+from recemb.core.autodtype import auto_choice
 from recemb.core.encoder import ChunkRun
 from recemb.core.loading import bundled_model_path, load_encoder
-from recemb.core.precision import auto_dtype, check_quantize, cpu_has_native_bf16, is_quantized
+from recemb.core.precision import (
+    DEFAULT_SHAPES,
+    auto_dtype,
+    check_quantize,
+    cpu_has_native_bf16,
+    is_quantized,
+    projection_shapes,
+)
 from recemb.core.vertical import VerticalStream, pad_right
 from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, transformers_model
 
@@ -51,16 +59,15 @@ def test_native_bf16_is_read_from_the_cpu_flags():
     assert cpu_has_native_bf16() == ("amx_bf16" in flags and "amx_tile" in flags)
 
 
-def test_auto_dtype_follows_the_hardware():
-    native = cpu_has_native_bf16()
-    assert auto_dtype(torch.device("cpu")) == (torch.bfloat16 if native else torch.float32)
+def test_auto_dtype_is_measured_on_the_cpu_only():
+    assert auto_dtype(torch.device("cpu")) == auto_choice(DEFAULT_SHAPES).dtype
     assert auto_dtype(torch.device("cpu"), supports_mixed=False) == torch.float32
     assert auto_dtype(torch.device("cuda")) is None  # the checkpoint's dtype on a GPU
 
 
-def test_auto_on_the_cpu_loads_the_mixed_model_where_bf16_is_native(tiny_folder):
+def test_auto_on_the_cpu_loads_what_the_probe_chose(tiny_folder):
     emb = Embedder.from_pretrained(tiny_folder, device="cpu", dtype="auto")
-    assert emb.dtype == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
+    assert emb.dtype == auto_choice(projection_shapes(load_encoder(tiny_folder, "cpu"))).dtype
 
 
 @pytest.mark.parametrize("bad", ["int4", "INT8", 8, "fp8"])

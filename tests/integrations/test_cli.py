@@ -72,6 +72,22 @@ def test_sync_search_embed_info(tiny_folder, corpus, tmp_path, capsys):
     assert code == 0 and info["dim"] == 32 and info["format"] == "transformers"
 
 
+def test_info_shows_what_dtype_auto_measured_and_chose(tiny_folder, tmp_path, monkeypatch, capsys):
+    """The probe is injected through its cache (``recemb.core.autodtype``): no timing is asserted."""
+    from recemb.core.autodtype import CACHE_ENV, cache_file, machine_key, shapes_key, write_probe
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    seconds = {"float32": 0.027, "bfloat16": 0.01, "int8": 0.0117}
+    write_probe(cache_file(), machine_key(), shapes_key(((32, 148, True), (64, 32, False))),
+                {"tokens": 1024, "seconds": seconds, "probed": "2026-12-03"})
+    assert main(["info", str(tiny_folder)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "dtype auto" in x)
+    assert line.split(": ", 1)[1] == (f"bfloat16 (bf16 2.7x fp32, int8 2.3x; probed 2026-12-03, cached at "
+                                      f"{cache_file()})")
+    code, info, _ = run_json(capsys, ["info", str(tiny_folder)])
+    assert info["dtype_auto"]["dtype"] == "bfloat16" and info["dtype_auto"]["seconds"] == seconds
+
+
 def test_embed_from_stdin(tiny_folder, monkeypatch, capsys):
     import io
 

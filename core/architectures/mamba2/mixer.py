@@ -18,6 +18,7 @@ from recemb.core.architectures.mamba2.config import Mamba2Config
 from recemb.core.architectures.mamba2.state import LayerState
 from recemb.core.context_extension import apply_delta_control
 from recemb.core.encoder import ChunkRun
+from recemb.core.int8 import FEW_ROWS, ROW_BLOCK, Int8Linear, row_stable_linear
 from recemb.kernels import causal_conv1d, gated_rms_norm, prepare_dt, resolve_backend, ssd_chunk_scan
 from recemb.kernels.workspace import Workspace
 
@@ -140,11 +141,15 @@ class Mamba2Mixer(nn.Module):
         rows = self.config.in_proj_rows
         z, xBC, dt = zxbcdt[..., rows["z"]], zxbcdt[..., rows["xBC"]], zxbcdt[..., rows["dt"]]
         exact = self.gate_weight_fp32 is not None  # a low-precision model: each row's last token at full precision
+        # An int8 model computes its float products in fixed-size calls, so that no row's codes depend on its batch.
+        stable = isinstance(self.in_proj, Int8Linear)
         if exact:
             last = run.last_token_index(b, l, u.device)
             z = z.float()  # (b, l, I) fp32: a copy of bf16 z, or int8 in_proj's own fp32 output (scratch either way)
-            z[last] = F.linear(u[last].float(), self.gate_weight_fp32, self.gate_bias_fp32)
-            dt = F.linear(u.float(), self.dt_weight_fp32, self.dt_bias_fp32)
+            z[last] = _float_linear(u[last].float(), self.gate_weight_fp32, self.gate_bias_fp32, stable, FEW_ROWS)
+            dt = _float_linear(u.float(), self.dt_weight_fp32, self.dt_bias_fp32, stable)
+            if stable:  # int8 in_proj: the last token's x, B, C from its fp32 activations too
+                xBC[last] = self.in_proj.float_rows(u[last], rows["xBC"])
         xBC, conv_state = causal_conv1d(
             xBC, self.conv1d.weight[:, 0, :], self.conv1d.bias,
             conv_state=None if state is None else state.conv_state, activation="silu", backend=backend,
@@ -165,37 +170,54 @@ class Mamba2Mixer(nn.Module):
         )  # y (b, l, h, p) fp32, ssm_state (b, h, p, n) fp32
         # With a workspace y and z are scratch (z's columns of in_proj's output are read here for the last time).
         y = self.norm(y.reshape(b, l, self.d_inner), z, backend=backend, inplace=workspace is not None)  # (b, l, I)
-        out = _linear(self.out_proj, y.to(_operand_dtype(self.out_proj)), workspace, "out_proj")  # (b, l, d)
+        out = _linear(self.out_proj, y.to(_operand_dtype(self.out_proj)), workspace, "out_proj", stable)  # (b, l, d)
         if exact:
-            out[last] = _exact_linear(self.out_proj, y[last]).to(out.dtype)
+            out[last] = _exact_linear(self.out_proj, y[last], stable).to(out.dtype)
         return out, LayerState(conv_state, ssm_state)
 
 
 def _operand_dtype(layer: nn.Module) -> torch.dtype:
-    """The input dtype a projection multiplies in: its weights' (an int8-quantised layer takes fp32)."""
+    """The input dtype a projection multiplies in: its weights' (an int8 layer, ``Int8Linear``, takes fp32)."""
     return layer.weight.dtype if isinstance(layer, nn.Linear) else torch.float32
 
 
-def _exact_linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stable: bool,
+                  block: int = ROW_BLOCK) -> torch.Tensor:
+    """F.linear, in calls of ``block`` rows when ``stable`` (``row_stable_linear``)."""
+    return row_stable_linear(x, weight, bias, block) if stable else F.linear(x, weight, bias)
+
+
+def _exact_linear(layer: nn.Module, x: torch.Tensor, stable: bool = False) -> torch.Tensor:
     """``layer(x)`` for a few fp32 rows x (..., in) with the input kept at full precision, in fp32: a bf16 layer
-    multiplies x's bf16 high and low halves (the weight's rounding stays), an int8 layer its dequantised weight."""
+    multiplies x's bf16 high and low halves (the weight's rounding stays), an int8 layer its dequantised weight.
+    ``stable``: in fixed-size calls (``row_stable_linear``)."""
     if isinstance(layer, nn.Linear):
         if layer.weight.dtype == x.dtype:
-            return F.linear(x, layer.weight, layer.bias)
+            return _float_linear(x, layer.weight, layer.bias, stable, FEW_ROWS)
         hi = x.to(layer.weight.dtype)
         lo = (x - hi.float()).to(layer.weight.dtype)
-        both = F.linear(torch.stack([hi, lo]), layer.weight).float()  # one pass over the weight for both halves
+        # one pass over the weight for both halves
+        both = _float_linear(torch.stack([hi, lo]), layer.weight, None, stable, FEW_ROWS).float()
         out = both[0] + both[1]
         return out if layer.bias is None else out + layer.bias.float()
-    return F.linear(x, layer.weight().dequantize(), layer.bias())
+    return _float_linear(x, layer.dequantized_weight(), layer.bias, stable, FEW_ROWS)
 
 
-def _linear(layer: nn.Module, x: torch.Tensor, workspace: Workspace | None, name: str) -> torch.Tensor:
-    """``layer(x)``, written into the workspace buffer ``name`` when there is one (the same matmul as F.linear);
-    a quantised layer (``core/precision.py``) computes its own output."""
-    if workspace is None or not isinstance(layer, nn.Linear):
+def _linear(layer: nn.Module, x: torch.Tensor, workspace: Workspace | None, name: str, stable: bool = False
+            ) -> torch.Tensor:
+    """``layer(x)``, written into the workspace buffer ``name`` when there is one (the same matmul as F.linear;
+    an ``Int8Linear`` computes its own output, fp32, into the buffer). ``stable``: a float layer in fixed-size
+    calls (``row_stable_linear``)."""
+    if workspace is None and not stable:
         return layer(x)
-    out = workspace.empty(name, (*x.shape[:-1], layer.out_features), x.dtype, x.device)
+    if isinstance(layer, Int8Linear):
+        out = None if workspace is None else workspace.empty(name, (*x.shape[:-1], layer.out_features),
+                                                             torch.float32, x.device)
+        return layer(x, out=out)
+    out = None if workspace is None else workspace.empty(name, (*x.shape[:-1], layer.out_features), x.dtype,
+                                                         x.device)
+    if stable:
+        return row_stable_linear(x, layer.weight, layer.bias, out=out)
     x2, out2 = x.reshape(-1, layer.in_features), out.view(-1, layer.out_features)
     if layer.bias is None:
         torch.mm(x2, layer.weight.t(), out=out2)

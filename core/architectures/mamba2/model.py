@@ -24,8 +24,8 @@ class Mamba2Encoder(RecurrentEncoder):
     """Mamba2 as a ``RecurrentEncoder`` (``core/encoder.py``): the one architecture with context extension."""
 
     supports_context_extension = True
-    # What quantize="int8" quantises (``core/precision.py``). Not out_proj: its input, the gated norm's output,
-    # loses too much to int8 with one scale per call (docs/benchmarks.md, "Low-precision CPU inference").
+    # What quantize="int8" quantises (``core/precision.py``). Not out_proj: int8 there loses far too much, even of
+    # its weights alone with fp32 activations (docs/benchmarks.md, "Low-precision CPU inference").
     int8_projections = ("mixer.in_proj",)
 
     def __init__(self, config: Mamba2Config):
@@ -71,8 +71,9 @@ class Mamba2Encoder(RecurrentEncoder):
 
     def prepare_int8(self) -> None:
         """Before quantize="int8": each block's RMSNorm weight g is folded into in_proj (W·diag(g), the norm's weight
-        set to 1: the same function), so that in_proj's input, quantised with one scale per call, carries no
-        per-channel scale; then the gates are kept in fp32."""
+        set to 1: the same function), so that in_proj's input, quantised with one scale per token, carries no
+        per-channel scale (its channels' ranges differ less; W's rows take g, quantised per output channel); then
+        the gates are kept in fp32."""
         for layer in self.layers:
             g = layer.norm.weight.detach().clone()
             layer.mixer.in_proj.weight.mul_(g.to(layer.mixer.in_proj.weight.dtype)[None, :])
