@@ -13,11 +13,27 @@ from tqdm.auto import tqdm
 
 from recemb.core.encoder import RecurrentEncoder, check_context_extension
 from recemb.core.loading import load_pretrained
+from recemb.core.memory import (
+    AUTO,
+    ChunkPlan,
+    format_bytes,
+    input_bytes,
+    parse_bytes,
+    peak_activation_bytes,
+    plan_chunks,
+)
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
+from recemb.core.threads import check_threads
 from recemb.core.tokenizer import TextTokenizer
-from recemb.core.vertical import VerticalStream, encode_vertical, pad_right, pool_last_token
-from recemb.kernels import BACKENDS
+from recemb.core.vertical import (
+    VerticalStream,
+    default_vertical_chunk_size,
+    encode_vertical,
+    pad_right,
+    pool_last_token,
+)
+from recemb.kernels import BACKENDS, resolve_backend
 
 __all__ = ["Embedder", "PROGRESS_MIN_TOKENS", "STREAM_MIN_CHARS"]
 
@@ -35,13 +51,23 @@ class Embedder:
             below is this Embedder's own and is handed down at call time, so the model itself never changes.
         tokenizer: turns text into ids ending in EOS; None allows only ``embed_token_ids``.
         vertical_chunk_size: V, tokens per vertical chunk (a memory dial; any V >= 1 gives the same result).
-            None: 4096 for a single sequence, 2·chunk_size for batches.
+            None: 4096 for a single sequence, 2·chunk_size for batches; with ``max_memory``, or "auto": from the
+            budget.
         backend: SSD scan backend, "auto" | "torch" | "triton".
         chunk_size: SSD chunk length q (numerics only); None: the checkpoint's on Triton, 64 on the torch backend.
         max_length: truncate inputs to this many tokens (EOS included); None never truncates.
         context_extension: which calibrated context-extension methods run: "auto" (every calibrated one),
             "off", "mambaextend", "longmamba" or "both"; see ``set_context_extension``.
         name: where the model came from (recorded by integrations).
+        max_memory: a budget for what encoding adds to the loaded model, in bytes or as "2GiB", "512MiB",
+            "1.5GB": the activations of one chunk, every layer's recurrent states and the ids being encoded; not
+            the weights (``recemb.core.memory.weight_bytes``), the tokenizer's work or the embeddings returned.
+            V is then the largest that fits (``chunk_plan``), and batches are split into as many rows per forward
+            as fit; a fixed V is kept, its batches split. A budget one chunk of 64 tokens exceeds is refused.
+            Estimated from the model's shapes (``recemb.core.memory``), so it holds on the CPU and on CUDA alike.
+        threads: CPU intra-op threads: None or "auto" lets ``recemb.core.threads`` choose them per chunk from the
+            chunk's size and the cores other processes leave free (``RECEMB_NUM_THREADS``, ``OMP_NUM_THREADS`` or
+            a ``torch.set_num_threads`` after import are honoured instead); an int fixes them.
     """
 
     def __init__(
@@ -54,17 +80,26 @@ class Embedder:
         name: str | None = None,
         chunk_size: int | None = None,
         context_extension: str = "auto",
+        max_memory: int | str | None = None,
+        threads: int | str | None = None,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.model = model
         self.tokenizer = tokenizer
-        self.vertical_chunk_size = _check_positive("vertical_chunk_size", vertical_chunk_size)
+        self.vertical_chunk_size = _check_chunk_size(vertical_chunk_size)
         self.backend = backend
         self.max_length = _check_positive("max_length", max_length)
         self.name = name
         self.chunk_size = _check_positive("chunk_size", chunk_size)
         self.set_context_extension(context_extension)
+        self.threads = check_threads(threads)
+        self.max_memory = None if max_memory is None else parse_bytes(max_memory)
+        if self.vertical_chunk_size == AUTO and self.max_memory is None:
+            raise ValueError("vertical_chunk_size='auto' picks V from a memory budget: pass max_memory too "
+                             "(e.g. max_memory='2GiB')")
+        if self.max_memory is not None:
+            self.chunk_plan()  # a budget too small for one chunk is refused now, not at the first call
 
     @classmethod
     def from_pretrained(
@@ -84,17 +119,22 @@ class Embedder:
         token: str | bool | None = None,
         local_files_only: bool | None = None,
         context_extension: str = "auto",
+        max_memory: int | str | None = None,
+        threads: int | str | None = None,
     ) -> "Embedder":
         """Load a local folder or a Hugging Face id (resolved through the hub cache; honours HF_HUB_OFFLINE).
 
         device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
-        a GPU; "auto": bf16 on a CPU with fast bf16 matmul (AMX on x86: ``cpu_has_native_bf16``), fp32 on other
-        CPUs. bf16 on the CPU is mixed precision (``recemb.core.precision``). quantize: "int8" for int8 in_proj
-        weights on the CPU (opt-in; docs/benchmarks.md, "Low-precision CPU inference", has what it costs and gains).
+        a GPU; "auto": on the CPU bf16 where this machine measured the model's bf16 projections >= 1.2x faster than
+        fp32, else fp32 (a short probe on first load, cached per machine: ``recemb.core.autodtype``; ``recemb info``
+        shows it). bf16 on the CPU is mixed precision (``recemb.core.precision``). quantize: "int8" for int8 in_proj
+        on the CPU, per-token scales, independent of the batch (opt-in, never chosen by "auto"; docs/benchmarks.md,
+        "Low-precision CPU inference", has what it costs and gains).
         tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
         (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
-        The options are named in ``recemb.core.options`` (LOAD_OPTIONS, CALLER_OPTIONS); ``shared_embedder``
-        takes the same ones and loads through the same ``load_pretrained``.
+        max_memory: a budget for encoding (activations and states, not the weights), from which V is picked;
+        see the class docstring. The options are named in ``recemb.core.options`` (LOAD_OPTIONS,
+        CALLER_OPTIONS); ``shared_embedder`` takes the same ones and loads through the same ``load_pretrained``.
         """
         model, tok = load_pretrained(name_or_path, device=device, dtype=dtype, quantize=quantize,
                                      tokenizer=tokenizer,
@@ -102,7 +142,7 @@ class Embedder:
                                      token=token, local_files_only=local_files_only)
         return cls(model, tok, vertical_chunk_size=vertical_chunk_size, backend=backend,
                    max_length=max_length, name=str(name_or_path), chunk_size=chunk_size,
-                   context_extension=context_extension)
+                   context_extension=context_extension, max_memory=max_memory, threads=threads)
 
     def set_context_extension(self, mode: str) -> None:
         """Switch MambaExtend Δ scaling / LongMamba filtering for this Embedder: "auto" (every calibrated
@@ -121,7 +161,40 @@ class Embedder:
     def _run_options(self) -> dict:
         """This Embedder's settings, as the engine takes them on every call."""
         return dict(backend=self.backend, chunk_size=self.chunk_size,
-                    context_extension=self.context_extension)
+                    context_extension=self.context_extension, threads=self.threads)
+
+    def chunk_plan(self, rows: int = 1, longest: int | None = None, vertical_chunk_size: int | str | None = None,
+                   total_tokens: int = 0) -> ChunkPlan | None:
+        """V and rows per forward for ``rows`` rows of at most ``longest`` tokens (None: unknown, a stream) under
+        ``max_memory``, with this Embedder's V (or ``vertical_chunk_size``: an int is kept, its rows fitted);
+        None without a budget. ``total_tokens``: every input sequence's tokens (their ids count in the budget).
+        A budget that one row of the smallest chunk exceeds is a ``ValueError`` that says what it needs."""
+        if self.max_memory is None:
+            return None
+        V = self.vertical_chunk_size if vertical_chunk_size is None else vertical_chunk_size
+        backend = resolve_backend(self.backend, self.device)
+
+        def peak(r: int, v: int) -> int:
+            return peak_activation_bytes(self.config, self.dtype, r, v, self.chunk_size, backend)
+
+        return plan_chunks(self.max_memory, peak, rows, longest,
+                           preferred=default_vertical_chunk_size(rows, self.config.chunk_size),
+                           vertical_chunk_size=None if V in (None, AUTO) else V,
+                           fixed=input_bytes(rows, longest or 0, total_tokens))
+
+    def _chunking(self, rows: int, longest: int | None, vertical_chunk_size, total_tokens: int = 0
+                  ) -> tuple[int | None, int]:
+        """(V, rows per forward) of one call: the per-call V, else this Embedder's; under a budget, its plan.
+        V None: the engine's default."""
+        V = _check_chunk_size(vertical_chunk_size)
+        plan = self.chunk_plan(rows, longest, V, total_tokens)
+        if plan is not None:
+            return plan.vertical_chunk_size, plan.rows
+        V = self.vertical_chunk_size if V is None else V
+        if V == AUTO:
+            raise ValueError("vertical_chunk_size='auto' picks V from a memory budget: this Embedder has no "
+                             "max_memory")
+        return V, rows
 
     # ------------------------------------------------------------------ properties
     @property
@@ -265,7 +338,7 @@ class Embedder:
         """Embed one sequence given as pieces of ids (EOS last): (dim,) fp32, equal to ``embed_token_ids`` on the
         concatenation with the same V, in memory that does not grow with its length. ``total_tokens`` is needed
         when ``needs_whole_length``."""
-        V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
+        V, _ = self._chunking(1, total_tokens, vertical_chunk_size)
         stream = VerticalStream(self.model, V, total_length=total_tokens, **self._run_options())
         vocab = self.config.vocab_size
         for piece in pieces:
@@ -289,16 +362,31 @@ class Embedder:
         """Embed already-tokenised sequences (EOS included, pooled at each one's last token): (n, dim) fp32."""
         seqs = _validate_ids(sequences, self.config.vocab_size)
         batch_size = _check_positive("batch_size", batch_size)
-        V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
+        _check_chunk_size(vertical_chunk_size)
         out = torch.empty(len(seqs), self.dim, dtype=torch.float32, device=self.device)
         total = sum(len(s) for s in seqs)
         show = show_progress_bar if show_progress_bar is not None else total >= PROGRESS_MIN_TOKENS
         with tqdm(total=total, disable=not show, unit="tok", unit_scale=True, desc="Embedding") as bar:
             for idx, batch_ids, lengths in self._batches(seqs, batch_size):
-                pooled = encode_vertical(self.model, batch_ids, lengths, V, on_tokens=bar.update,
-                                         **self._run_options())
+                pooled = self._encode_batch(batch_ids, lengths, vertical_chunk_size, total, on_tokens=bar.update)
                 out[idx.to(self.device)] = pooled.float()
         return F.normalize(out, p=2, dim=-1) if normalize else out
+
+    def _encode_batch(self, input_ids: torch.Tensor, lengths: torch.Tensor, vertical_chunk_size,
+                      total_tokens: int = 0, on_tokens=None) -> torch.Tensor:
+        """``encode_vertical`` on a right-padded batch, split into as many rows per forward as the budget lets
+        run at once (all of them without one): (b, d) pooled, in the batch's order."""
+        b = input_ids.shape[0]
+        longest = int(lengths.max()) if b else 0
+        V, rows = self._chunking(b, longest, vertical_chunk_size, total_tokens)
+        if rows >= b:
+            return encode_vertical(self.model, input_ids, lengths, V, on_tokens=on_tokens, **self._run_options())
+        parts = []
+        for start in range(0, b, rows):
+            part = lengths[start : start + rows]
+            parts.append(encode_vertical(self.model, input_ids[start : start + rows, : int(part.max())], part, V,
+                                         on_tokens=on_tokens, **self._run_options()))
+        return torch.cat(parts)
 
     def embed_padded(self, input_ids: torch.Tensor, lengths: torch.Tensor,
                      vertical_chunk_size: int | None = None, differentiable: bool = False) -> torch.Tensor:
@@ -307,9 +395,10 @@ class Embedder:
         differentiable: one horizontal pass that autograd can go through (training; memory grows with T);
         otherwise vertical chunking with V = ``vertical_chunk_size`` or this Embedder's."""
         if differentiable:
-            return pool_last_token(self.model, input_ids, lengths, **self._run_options())
-        V = _check_positive("vertical_chunk_size", vertical_chunk_size) or self.vertical_chunk_size
-        return encode_vertical(self.model, input_ids, lengths, V, **self._run_options())
+            options = self._run_options()
+            options.pop("threads")  # training: the trainer's own thread setting
+            return pool_last_token(self.model, input_ids, lengths, **options)
+        return self._encode_batch(input_ids, lengths, vertical_chunk_size)
 
     def _batches(self, seqs: list[list[int]], batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor,
                                                                                    torch.Tensor]]:
@@ -324,9 +413,30 @@ class Embedder:
     def __repr__(self) -> str:
         c = self.config
         return (f"Embedder(name={self.name!r}, dim={self.dim}, layers={c.num_hidden_layers}, device={self.device}, "
-                f"dtype={self.dtype}, vertical_chunk_size={self.vertical_chunk_size}, "
+                f"dtype={self.dtype}, vertical_chunk_size={self._describe_chunking()}, "
                 f"backend={self.backend!r}, "
-                f"chunk_size={self.chunk_size}, context_extension={self.context_extension!r})")
+                f"chunk_size={self.chunk_size}, context_extension={self.context_extension!r}, "
+                f"threads={self.threads or 'auto'!r})")
+
+    def _describe_chunking(self) -> str:
+        """V as set, and under a budget the V it picks for one long text: "'auto' (V=1408 under max_memory=64.0
+        MiB)"."""
+        if self.max_memory is None:
+            return repr(self.vertical_chunk_size)
+        try:
+            picked = f"V={self.chunk_plan().vertical_chunk_size}"
+        except ValueError:  # settings changed since (chunk_size): no chunk fits any more
+            picked = "no V fits"
+        return f"{self.vertical_chunk_size or AUTO!r} ({picked} under max_memory={format_bytes(self.max_memory)})"
+
+
+def _check_chunk_size(value: int | str | None) -> int | str | None:
+    """vertical_chunk_size: a positive int, "auto" (from max_memory) or None."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, str):
+        raise ValueError(f"vertical_chunk_size must be a positive int, 'auto' or None, got {value!r}")
+    return _check_positive("vertical_chunk_size", value)
 
 
 def _check_positive(name: str, value: int | None) -> int | None:

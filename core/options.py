@@ -13,7 +13,8 @@ from recemb.core.context_extension import MODES as CONTEXT_EXTENSION_MODES
 
 HUB_OPTIONS = ("revision", "cache_dir", "token", "local_files_only")
 LOAD_OPTIONS = ("device", "dtype", "quantize", "tokenizer", "eos_token_id") + HUB_OPTIONS
-CALLER_OPTIONS = ("vertical_chunk_size", "backend", "chunk_size", "max_length", "context_extension")
+CALLER_OPTIONS = ("vertical_chunk_size", "max_memory", "backend", "chunk_size", "max_length", "context_extension",
+                  "threads")
 MODEL_OPTIONS = LOAD_OPTIONS + CALLER_OPTIONS  # everything from_pretrained takes besides the name
 ENCODE_OPTIONS = ("batch_size", "show_progress_bar", "vertical_chunk_size", "max_length")
 

@@ -15,6 +15,7 @@ import torch
 
 from recemb.core.context_extension import resolve_mode
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
+from recemb.core.threads import check_threads, intra_op_threads
 from recemb.kernels.workspace import Workspace
 
 __all__ = ["VerticalStream", "default_vertical_chunk_size", "encode_vertical", "flush_denormals",
@@ -68,6 +69,7 @@ def encode_vertical(
     on_tokens: Callable[[int], None] | None = None,
     chunk_size: int | None = None,
     context_extension: str = "auto",
+    threads: int | str | None = None,
 ) -> torch.Tensor:
     """Pooled last-token embeddings of a right-padded batch, computed chunk by chunk.
 
@@ -79,6 +81,8 @@ def encode_vertical(
         chunk_size: the SSD scan's chunk length q; None: per backend
         context_extension: which calibrated methods run: "auto" | "off" | "mambaextend" | "longmamba" |
             "both"
+        threads: CPU intra-op threads per chunk: None/"auto" chooses them from the chunk's size and the free
+            cores (``recemb.core.threads``), an int fixes them
     Return:
         (b, d) final-normed hidden state at position lengths - 1 of each row (fp32 when residual_in_fp32)
     """
@@ -95,6 +99,7 @@ def encode_vertical(
         V = default_vertical_chunk_size(b, model.config.chunk_size)
     if V < 1:
         raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
+    threads = check_threads(threads)
 
     # Longest first, so the sequences still running are always a prefix of the batch.
     order = torch.argsort(lengths, descending=True, stable=True)
@@ -102,15 +107,16 @@ def encode_vertical(
     lens = lengths[order]
     # Context extension is keyed by each row's whole length, not by V.
     deltas = model.delta_controls(lens, context_extension)
-    with flush_denormals(input_ids.device):
-        pooled = _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size)
+    with flush_denormals(input_ids.device), intra_op_threads(input_ids.device, threads) as intra_op:
+        pooled = _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size, intra_op.apply)
     result = torch.empty_like(pooled)
     result[order.to(pooled.device)] = pooled
     return result
 
 
-def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size) -> torch.Tensor:
-    """The chunk loop of ``encode_vertical`` over rows sorted longest first; pooled rows in that order."""
+def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size, set_threads) -> torch.Tensor:
+    """The chunk loop of ``encode_vertical`` over rows sorted longest first; pooled rows in that order.
+    ``set_threads(tokens)`` picks the intra-op threads before each chunk."""
     b = ids.shape[0]
     last = lens - 1  # pooling position per row
     pooled: torch.Tensor | None = None
@@ -129,6 +135,7 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size) 
         end = min(start + V, int(lens[0]))
         run = ChunkRun(backend=backend, workspace=workspace, chunk_size=chunk_size, deltas=deltas,
                        last_tokens=torch.clamp(lens[:active], max=end) - 1 - start)
+        set_threads(active * (end - start))
         h, states = model.forward_chunk(ids[:active, start:end], states, run)  # (a, end-start, d)
         rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
         if rows.numel():
@@ -181,12 +188,12 @@ class VerticalStream:
         vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size`` for a single sequence
         total_length: the whole sequence's length in tokens. Context extension keys its Δ controls by it, so a
             stream with context extension on needs it up front (``finish`` checks it was right).
-        chunk_size, context_extension: as in ``encode_vertical``
+        chunk_size, context_extension, threads: as in ``encode_vertical``
     """
 
     def __init__(self, model: RecurrentEncoder, vertical_chunk_size: int | None = None, backend: str = "auto",
                  total_length: int | None = None, chunk_size: int | None = None,
-                 context_extension: str = "auto"):
+                 context_extension: str = "auto", threads: int | str | None = None):
         V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
             1, model.config.chunk_size)
         if V < 1:
@@ -196,6 +203,7 @@ class VerticalStream:
                              "total_length (count the tokens first) or switch context extension off")
         self.model, self.V, self.backend, self.total_length = model, V, backend, total_length
         self.chunk_size = chunk_size
+        self.threads = check_threads(threads)
         self.deltas = None if total_length is None else model.delta_controls(torch.tensor([total_length]),
                                                                              context_extension)
         self.device = model.device
@@ -235,7 +243,8 @@ class VerticalStream:
 
     @torch.inference_mode()
     def _run(self, chunk: torch.Tensor) -> None:
-        with flush_denormals(self.device):
+        with flush_denormals(self.device), intra_op_threads(self.device, self.threads) as intra_op:
+            intra_op.apply(chunk.numel())
             run = ChunkRun(backend=self.backend, workspace=self._workspace, chunk_size=self.chunk_size,
                            deltas=self.deltas)
             h, self._states = self.model.forward_chunk(chunk.to(self.device)[None], self._states, run)  # (1, l, d)

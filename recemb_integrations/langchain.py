@@ -39,8 +39,9 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     """Model folder or Hugging Face id (any format ``Embedder.from_pretrained`` reads)."""
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
     """``Embedder.from_pretrained``'s options (``recemb.core.options.MODEL_OPTIONS``): device, dtype,
-    tokenizer, hub options, and this instance's own vertical_chunk_size, backend, chunk_size, max_length,
-    context_extension."""
+    tokenizer, hub options, and this instance's own vertical_chunk_size, max_memory (a budget such as "2GiB" that V
+    and the rows per forward are picked to fit), backend, chunk_size, max_length, context_extension, threads (CPU
+    threads: "auto" by default, chosen per chunk from the free cores; an int fixes them)."""
     encode_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Encoding options: batch_size, show_progress_bar, vertical_chunk_size, max_length."""
     query_instruction: str | None = None

@@ -30,8 +30,8 @@ class RecEmbEmbedding(_base.BaseEmbedding):
     Args:
         model_name: model folder or Hugging Face id.
         model_kwargs: ``Embedder.from_pretrained``'s options (``recemb.core.options.MODEL_OPTIONS``); the
-            model is shared by every instance, the settings (V, backend, chunk_size, max_length,
-            context_extension) are not.
+            model is shared by every instance, the settings (V, max_memory, backend, chunk_size, max_length,
+            context_extension, threads) are not; ``{"max_memory": "2GiB"}`` picks V and the rows per forward to fit.
         query_instruction: instruction or E5 task name for queries; None: the web-search default.
         embed_batch_size: texts per ``_get_text_embeddings`` call (LlamaIndex batches nodes by it).
 

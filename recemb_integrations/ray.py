@@ -212,8 +212,8 @@ class RayExecutor:
             bf16 on GPUs for a collection built in fp32 on a CPU.
         model_kwargs: ``Embedder.from_pretrained`` options for the actors (``device``, ``dtype``, ``quantize``...);
             the embedding options that the collection records (``max_length``) and the run options
-            (``vertical_chunk_size``, ``backend``, ``chunk_size``, ``context_extension``) default to the driver
-            embedder's.
+            (``vertical_chunk_size``, ``max_memory``, ``backend``, ``chunk_size``, ``context_extension``, a fixed
+            ``threads``) default to the driver embedder's.
         address: the Ray cluster (``ray.init(address=...)``: "auto", "ray://head:10001"); default: the cluster this
             process is connected to, else RAY_ADDRESS, else a new local one.
         concurrency, num_gpus, num_cpus: the actor pool, as in ``embed_dataset``.
@@ -244,7 +244,8 @@ class RayExecutor:
             raise ValueError("RayExecutor needs the model the actors load: pass model= (the embedder has no name)")
         kwargs = {"max_length": embedder.max_length, "vertical_chunk_size": embedder.vertical_chunk_size,
                   "backend": embedder.backend, "chunk_size": embedder.chunk_size,
-                  "context_extension": embedder.context_extension}
+                  "context_extension": embedder.context_extension, "max_memory": embedder.max_memory,
+                  "threads": embedder.threads}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if Path(model).exists():  # a folder here: the actors' working directory may be another
             model = str(Path(model).absolute())

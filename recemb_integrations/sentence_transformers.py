@@ -49,8 +49,9 @@ class RecEmbModule(_st_modules.InputModule):
     Args:
         embedder: the loaded recemb ``Embedder``.
         max_seq_length: truncate inputs to this many tokens, EOS included; None (default) never truncates.
-        vertical_chunk_size: V, tokens per vertical chunk; None picks per batch (see ``Embedder``). Also accepted
-            per call: ``model.encode(texts, vertical_chunk_size=512)``.
+        vertical_chunk_size: V, tokens per vertical chunk; None picks per batch (see ``Embedder``; from the budget
+            with ``model_kwargs={"max_memory": "2GiB"}``). Also accepted per call:
+            ``model.encode(texts, vertical_chunk_size=512)``.
         quantize: "int8" when the module loads its model int8-quantised (recorded by
             ``export_sentence_transformers(..., quantize="int8")``; ``model_kwargs={"quantize": ...}`` overrides).
     """
@@ -120,9 +121,11 @@ class RecEmbModule(_st_modules.InputModule):
     ) -> "RecEmbModule":
         """``model_kwargs`` takes ``Embedder.from_pretrained``'s options but the hub ones
         (``MODULE_MODEL_KWARGS``):
-        ``device``, ``dtype`` (or ``torch_dtype``), ``backend`` (SSD scan: "auto" | "torch" | "triton"),
-        ``chunk_size``, ``context_extension`` ("auto" | "off" | "mambaextend" | "longmamba" | "both", see
-        ``Embedder.set_context_extension``), ... sentence-transformers' own ``backend`` kwarg is its inference
+        ``device``, ``dtype`` (or ``torch_dtype``), ``max_memory`` (a budget such as "2GiB" for encoding
+        beyond the weights: V and the rows per forward are picked to fit), ``backend`` (SSD scan: "auto" | "torch"
+        | "triton"), ``chunk_size``, ``context_extension`` ("auto" | "off" | "mambaextend" | "longmamba" | "both", see
+        ``Embedder.set_context_extension``), ``threads`` (CPU threads; default "auto", chosen per chunk from the
+        cores other processes leave free), ... sentence-transformers' own ``backend`` kwarg is its inference
         framework and is not ours."""
         # Offline, the cache is asked directly: asking the hub first logs "Could not reach the Hub" per
         # lookup.
@@ -239,7 +242,8 @@ one document index serves every task.
 
 `model.encode(texts, vertical_chunk_size=512)` (or `model[0].vertical_chunk_size = 512`) sets V, the tokens per
 vertical chunk. It is a memory dial, not a hyperparameter: every V gives the same embedding up to floating-point
-noise. Default: 4096 for a single text, 2·chunk_size for batches. `max_seq_length` is None: nothing is truncated.
+noise. Default: 4096 for a single text, 2·chunk_size for batches. `model_kwargs={{"max_memory": "2GiB"}}` picks V
+(and how many texts run at once) to fit a memory budget instead. `max_seq_length` is None: nothing is truncated.
 
 ## Files
 

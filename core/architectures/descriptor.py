@@ -5,13 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from recemb.core.encoder import RecurrentEncoder
 
-__all__ = ["Architecture"]
+__all__ = ["Architecture", "ChunkMemory"]
+
+
+class ChunkMemory(NamedTuple):
+    """Peak bytes of one vertical chunk's forward, as an architecture estimates them from its shapes.
+
+    activations: the chunk-sized tensors alive at the peak (scratch buffers, temporaries, the residual stream);
+    states: the recurrent states of every layer, before and after the chunk (both are alive at once).
+    """
+
+    activations: int
+    states: int
+
+    @property
+    def total(self) -> int:
+        return self.activations + self.states
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,9 @@ class Architecture:
         info`` shows them after ``layers``): any of heads, head_dim, state_size, n_groups it has, in that order.
     cpu_mixed_precision: whether a low-precision dtype on the CPU means mixed precision (bf16 projections, the
         rest fp32; ``RecurrentEncoder.to_mixed_precision``) and dtype="auto" may pick bf16 there.
+    chunk_memory(config, dtype, rows, V, chunk_size, backend) -> ChunkMemory: the peak memory of one forward of
+        rows x V tokens, read off the architecture's forward code (its ``memory`` module), which
+        ``recemb.core.memory`` plans ``max_memory`` budgets with; None: budgets are refused for it.
     """
 
     name: str
@@ -44,3 +62,4 @@ class Architecture:
     backbone: str
     describe: Callable[[Any], dict[str, Any]]
     cpu_mixed_precision: bool = False
+    chunk_memory: Callable[[Any, torch.dtype, int, int, int | None, str], ChunkMemory] | None = None

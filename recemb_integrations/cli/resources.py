@@ -41,6 +41,8 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
         embedder = Embedder.from_pretrained(name, device=args.device, dtype=getattr(args, "dtype", None),
                                             quantize=getattr(args, "quantize", None),
                                             vertical_chunk_size=args.vertical_chunk_size,
+                                            max_memory=getattr(args, "max_memory", None),
+                                            threads=getattr(args, "threads", None),
                                             context_extension=getattr(args, "context_extension", None) or "auto")
     except (OSError, ValueError) as e:
         if recorded:

@@ -253,6 +253,11 @@ def test_list_filter_matches_any(tmp_path, opts, capsys):
     (["--batch-size", "0"], "argument --batch-size: must be at least 1"),
     (["--max-tokens", "0"], "argument --max-tokens: must be at least 1"),
     (["--vertical-chunk-size", "0"], "argument --vertical-chunk-size: must be at least 1"),
+    (["--vertical-chunk-size", "big"], "argument --vertical-chunk-size: expected a whole number"),
+    (["--max-memory", "2G"], "argument --max-memory: '2G': unknown unit 'G' (write 2GiB for powers of 1024"),
+    (["--max-memory", "0"], "argument --max-memory: '0': must be at least 1 byte"),
+    (["--threads", "0"], "argument --threads: must be at least 1"),
+    (["--threads", "all"], "argument --threads: expected a whole number"),
 ])
 def test_bad_flag_values_are_refused_by_the_parser(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exit_:

@@ -9,7 +9,8 @@ The model is transformers' ``Mamba2Model`` (and mamba_ssm's ``Mamba2``) with exp
 
 Modules: ``config`` (``Mamba2Config``, with the in_proj row layout ``in_proj_rows``), ``state``
 (``LayerState``: conv state, SSM state), ``mixer`` (the mixer and block), ``model`` (``Mamba2Encoder``), ``load``
-(``detect``, ``load``: transformers, mamba_ssm and mistral_inference checkpoints); ``ARCHITECTURE`` is the
+(``detect``, ``load``: transformers, mamba_ssm and mistral_inference checkpoints), ``memory`` (``chunk_memory``:
+one chunk's peak bytes, for memory budgets); ``ARCHITECTURE`` is the
 registry's entry.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from recemb.core.architectures.descriptor import Architecture
 from recemb.core.architectures.mamba2.config import Mamba2Config
 from recemb.core.architectures.mamba2.load import FORMATS, detect, load, read_config, read_state_dict, to_encoder_keys
+from recemb.core.architectures.mamba2.memory import chunk_memory
 from recemb.core.architectures.mamba2.mixer import Mamba2Block, Mamba2Mixer
 from recemb.core.architectures.mamba2.model import Mamba2Encoder
 from recemb.core.architectures.mamba2.state import LayerState, ModelState
@@ -45,4 +47,5 @@ ARCHITECTURE = Architecture(
              "backbone)",
     describe=describe,
     cpu_mixed_precision=True,
+    chunk_memory=chunk_memory,
 )

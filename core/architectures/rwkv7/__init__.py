@@ -44,7 +44,8 @@ and ``save`` records it as ``group_norm_eps`` (a key fla ignores). The log-decay
 relative).
 
 Modules: ``config`` (``RWKV7Config``), ``state`` (``RWKV7LayerState``), ``blocks`` (the layers), ``model``
-(``RWKV7Encoder``), ``load`` (``detect``, ``load`` and the key mappings); ``ARCHITECTURE`` is the registry's entry.
+(``RWKV7Encoder``), ``load`` (``detect``, ``load`` and the key mappings), ``memory`` (``chunk_memory``, for
+``max_memory`` budgets); ``ARCHITECTURE`` is the registry's entry.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from recemb.core.architectures.rwkv7.load import (
     read_state_dict,
     to_encoder_keys,
 )
+from recemb.core.architectures.rwkv7.memory import chunk_memory
 from recemb.core.architectures.rwkv7.model import RWKV7Encoder
 from recemb.core.architectures.rwkv7.state import RWKV7LayerState, RWKV7State
 
@@ -85,4 +87,5 @@ ARCHITECTURE = Architecture(
     formats="RWKV-7 as the rwkv package's .pth or flash-linear-attention's format (model_type 'rwkv7')",
     backbone="an RWKV-7 checkpoint in flash-linear-attention's format (`fla.models.RWKV7Model`)",
     describe=describe,
+    chunk_memory=chunk_memory,
 )

@@ -28,7 +28,8 @@ Formats read (``detect`` / ``load``):
   keys ``embedding.weight``, ``backbone.blocks.*``, ``backbone.out_norm.*``, ``lm_head.weight``.
 
 Modules: ``config`` (``XLSTMConfig``), ``state`` (``XLSTMLayerState``), ``blocks`` (the layers), ``model``
-(``XLSTMEncoder``), ``load`` (``detect``, ``load``); ``ARCHITECTURE`` is the registry's entry.
+(``XLSTMEncoder``), ``load`` (``detect``, ``load``), ``memory`` (``chunk_memory``, for ``max_memory`` budgets);
+``ARCHITECTURE`` is the registry's entry.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from recemb.core.architectures.descriptor import Architecture
 from recemb.core.architectures.xlstm.blocks import MLSTMLayer, XLSTMBlock
 from recemb.core.architectures.xlstm.config import XLSTMConfig
 from recemb.core.architectures.xlstm.load import detect, load, read_config, read_state_dict, to_encoder_keys
+from recemb.core.architectures.xlstm.memory import chunk_memory
 from recemb.core.architectures.xlstm.model import XLSTMEncoder
 from recemb.core.architectures.xlstm.state import XLSTMLayerState, XLSTMState
 
@@ -61,4 +63,5 @@ ARCHITECTURE = Architecture(
             "model_N.safetensors)",
     backbone="a transformers `xLSTMModel` checkpoint (`transformers.xLSTMModel.from_pretrained` loads the backbone)",
     describe=describe,
+    chunk_memory=chunk_memory,
 )
