@@ -23,7 +23,11 @@ model from offline material only (``python -m tools.mini_model --out DIR [--data
 
 Modules: ``data`` (the pairs: ../shared/data, Python docstrings, man pages), ``initialise`` (teacher targets
 and their cache, the student's configuration and initialisation), ``build`` (``train_mini``: the whole run),
-``card`` (the model card), ``__main__`` (the command).
+``card`` (the model card), ``__main__`` (the command). Being built for issue #34 and not yet part of the command:
+``teacher`` (the teacher's embeddings cached per text; a long text's target as the mean of its chunks'),
+``static_fit`` (static vectors fitted by distillation + InfoNCE, sentence → long-window batches from one book) and
+``distil`` (the layers above the sum trained at a higher learning rate than the embeddings and layer 0, with mixed
+short and long steps, checkpointed and resumable).
 """
 
 NAME = "recemb-mamba2-mini"

@@ -152,6 +152,47 @@ def _manpage_pairs(man_dir: Path = Path("/usr/share/man/man1")) -> list[tuple[st
     return out
 
 
+# Long documents: windows of consecutive chunks of a book, each chunk short enough for the teacher's 256 tokens.
+LONG_CHUNK_WORDS = 180
+LONG_CHUNKS_PER_DOC = 8  # 1,440 words, about the long-document test's 1,500
+LONG_STRIDE = 4  # chunks between window starts: windows overlap by half
+LONG_VALIDATION_SHARE = 0.15  # the last 15 % of every book: validation windows, never trained on
+_SENTENCE_END = re.compile(r"[.!?][\"'”’]?$")
+
+
+def _sentences(words: list[str], min_words: int = 7, max_words: int = 40) -> list[str]:
+    """Sentences of ``min_words``..``max_words`` words: from a word after a full stop to the next full stop (the
+    long-document test's rule)."""
+    out, start = [], 0
+    for i, w in enumerate(words):
+        if _SENTENCE_END.search(w):
+            if min_words <= i + 1 - start <= max_words and start > 0:
+                out.append(" ".join(words[start:i + 1]))
+            start = i + 1
+    return out
+
+
+def long_documents(data_dir: Path | None = None, chunk_words: int = LONG_CHUNK_WORDS,
+                   chunks_per_doc: int = LONG_CHUNKS_PER_DOC, stride: int = LONG_STRIDE) -> dict[str, list[dict]]:
+    """{"train": [...], "validation": [...]} windows of the books except the held-out ones, each
+    {book, chunks (texts of chunk_words words), sentences (of the whole window)}. Validation windows come from the
+    last LONG_VALIDATION_SHARE of each book, do not overlap each other and share no chunk with a training window."""
+    data = Path(data_dir) if data_dir is not None else default_data_dir()
+    split: dict[str, list[dict]] = {"train": [], "validation": []}
+    for book in sorted((data / "long").glob("*.txt")):
+        if book.name in HELD_OUT_BOOKS:
+            continue
+        words = book.read_text(encoding="utf-8").split()
+        chunks = [words[i:i + chunk_words] for i in range(0, len(words) - chunk_words + 1, chunk_words)]
+        cut = int(len(chunks) * (1 - LONG_VALIDATION_SHARE))
+        for name, lo, hi, step in (("train", 0, cut, stride), ("validation", cut, len(chunks), chunks_per_doc)):
+            for s in range(lo, hi - chunks_per_doc + 1, step):
+                window = chunks[s:s + chunks_per_doc]
+                split[name].append({"book": book.stem, "chunks": [" ".join(c) for c in window],
+                                    "sentences": _sentences([w for c in window for w in c])})
+    return split
+
+
 def build_pairs(data_dir: Path | None = None, seed: int = 0, books_per_title: int = 2500,
                 limit_per_source: int = 6500) -> list[dict]:
     """Training rows {anchor, positive, instruction, source}, shuffled with ``seed``."""

@@ -1,0 +1,172 @@
+"""The #34 training pieces: long-document windows, the teacher's per-text cache, the contrastive static fit, the
+step plan of the layer training and its resume."""
+
+import numpy as np
+import pytest
+import torch
+
+from tools.mini_model import data, distil, static_fit, teacher
+
+DATA = data.default_data_dir()
+needs_data = pytest.mark.skipif(not (DATA / "long").is_dir(), reason="../shared/data is not present")
+
+
+def _book_folder(tmp_path, words_per_book=4000):
+    rng = np.random.RandomState(0)
+    vocab = [f"w{i}" for i in range(300)]
+    (tmp_path / "long").mkdir()
+    for name in ("alpha.txt", data.HELD_OUT_BOOKS[0]):
+        words = []
+        while len(words) < words_per_book:
+            words += list(rng.choice(vocab, size=rng.randint(8, 20))) + ["end."]
+        (tmp_path / "long" / name).write_text(" ".join(words))
+    return tmp_path
+
+
+def test_long_documents_hold_out_a_book_and_keep_validation_apart(tmp_path):
+    folder = _book_folder(tmp_path)
+    split = data.long_documents(folder, chunk_words=100, chunks_per_doc=4, stride=2)
+    assert {d["book"] for part in split.values() for d in part} == {"alpha"}  # the held-out book never appears
+    train_chunks = {c for d in split["train"] for c in d["chunks"]}
+    val_chunks = [c for d in split["validation"] for c in d["chunks"]]
+    assert split["train"] and split["validation"]
+    assert not train_chunks & set(val_chunks) and len(val_chunks) == len(set(val_chunks))  # no overlap at all
+    for d in split["train"] + split["validation"]:
+        assert len(d["chunks"]) == 4 and all(len(c.split()) == 100 for c in d["chunks"])
+        text = " ".join(d["chunks"])
+        assert d["sentences"] and all(s in text and s.endswith(".") and 7 <= len(s.split()) <= 40
+                                      for s in d["sentences"])
+
+
+@needs_data
+def test_long_documents_of_the_shared_books_never_touch_war_and_peace():
+    held = (DATA / "long" / data.HELD_OUT_BOOKS[0]).read_text(encoding="utf-8").split()
+    probe = " ".join(held[100_000:100_010])
+    split = data.long_documents()
+    assert all(probe not in c for part in split.values() for d in part for c in d["chunks"])
+
+
+def test_teacher_cache_embeds_only_new_texts_and_survives_a_reload(tmp_path, monkeypatch):
+    calls = []
+
+    class Fake:
+        def encode(self, texts, **_):
+            calls.append(list(texts))
+            return np.stack([np.full(384, float(len(t))) / (len(t) * np.sqrt(384)) for t in texts])
+
+    cache = teacher.TeacherCache(tmp_path, tmp_path / "teacher")
+    cache._model = Fake()
+    first = cache.embed(["ab", "abc", "ab"])
+    assert calls == [["ab", "abc"]] and np.allclose(first[0], first[2])
+    reloaded = teacher.TeacherCache(tmp_path, tmp_path / "teacher")
+    reloaded._model = Fake()
+    again = reloaded.embed(["abc", "abcd"])
+    assert calls == [["ab", "abc"], ["abcd"]] and np.allclose(again[0], first[1]) and len(reloaded) == 3
+    mean = reloaded.mean_of_chunks([["ab", "abcd"]])
+    assert np.isclose(np.linalg.norm(mean), 1.0)
+
+
+def test_contrastive_static_fit_tells_apart_texts_the_teacher_targets_alone_confuse():
+    """Anchor i and positive i share only the topic token 0 with each other and every other text; each has its own
+    rare token (1 + i and 41 + i). The targets are all the same (a teacher that sees only the topic), so
+    distillation has nothing that ties anchor i to positive i; the contrastive term must learn it."""
+    rng = np.random.RandomState(0)
+    vocab, d, n = 90, 8, 40
+    ids = [[0, 1 + i] for i in range(n)] + [[0, 41 + i] for i in range(n)]
+    targets = np.tile(np.eye(d)[0], (2 * n, 1)).astype(np.float32)
+    has = np.ones(2 * n, bool)
+    init = rng.normal(size=(vocab, d)).astype(np.float32) * 0.1
+    init[0] = np.eye(d)[0]
+
+    def batches(epoch, r):
+        order = r.permutation(n)
+        for s in range(0, n, 10):
+            yield [int(i) for i in order[s:s + 10]], [n + int(i) for i in order[s:s + 10]]
+
+    def top1(vectors):
+        e = np.stack([vectors[s].sum(0) for s in ids])
+        e /= np.linalg.norm(e, axis=1, keepdims=True)
+        return {"score": float(((e[:n] @ e[n:].T).argmax(1) == np.arange(n)).mean())}
+
+    plain = static_fit.StaticFitConfig(epochs=15, learning_rate=0.05, contrastive_weight=0.0)
+    mixed = static_fit.StaticFitConfig(epochs=15, learning_rate=0.05, contrastive_weight=1.0)
+    _, h_plain = static_fit.fit_static_vectors(ids, targets, has, batches, init, [], plain, top1)
+    v, h_mixed = static_fit.fit_static_vectors(ids, targets, has, batches, init, [], mixed, top1)
+    assert max(h["score"] for h in h_mixed) >= 0.9 and max(h["score"] for h in h_plain) <= 0.3
+    assert top1(v)["score"] == max(h["score"] for h in h_mixed)  # the best epoch is what comes back
+
+
+def _texts(n_short=20, n_windows=6):
+    ids = [[5 + i % 7, 3] for i in range(2 * n_short)]
+    windows, sentences = [], []
+    for w in range(n_windows):
+        window = len(ids)
+        ids.append([9, 10, 11, 12, 3])
+        sent = [len(ids), len(ids) + 1]
+        ids += [[9, 3], [12, 3]]
+        windows.append((window, "a" if w < 3 else "b", sent))
+        sentences += sent
+    targets = np.ones((len(ids), 8), np.float32)
+    has = np.ones(len(ids), bool)
+    has[sentences] = False
+    return distil.TrainingTexts(ids, targets, has, [(i, n_short + i) for i in range(n_short)], windows)
+
+
+def test_batch_plan_is_pure_and_mixes_one_book_long_steps_in():
+    texts = _texts()
+    config = distil.DistilConfig(steps=16, short_batch=4, long_batch=2, long_every=3)
+    plan = distil.batch_plan(texts, config)
+    assert plan == distil.batch_plan(texts, config) and len(plan) == 16
+    assert plan != distil.batch_plan(texts, distil.DistilConfig(steps=16, short_batch=4, long_batch=2,
+                                                                long_every=3, seed=1))
+    window_book = {i: book for i, book, _ in texts.long_windows}
+    window_sentences = {i: s for i, _, s in texts.long_windows}
+    for step, (anchors, positives) in enumerate(plan):
+        if step % 4 == 3:
+            assert len({window_book[p] for p in positives}) == 1 and len(set(positives)) == 2
+            assert all(a in window_sentences[p] for a, p in zip(anchors, positives))
+        else:
+            assert len(anchors) == 4 and all((a, p) in texts.short_pairs for a, p in zip(anchors, positives))
+
+
+def _tiny_student(folder):
+    from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
+
+    config = Mamba2Config(hidden_size=8, num_hidden_layers=2, num_heads=2, head_dim=8, state_size=4, expand=2,
+                          conv_kernel=4, chunk_size=4, vocab_size=16, pad_token_id=0, bos_token_id=1,
+                          eos_token_id=3, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    Mamba2Encoder(config).save(folder)
+    return folder
+
+
+def test_training_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_does(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    student = _tiny_student(tmp_path / "student")
+    texts = _texts()
+    config = distil.DistilConfig(steps=8, short_batch=4, long_batch=2, long_every=3, warmup_steps=2,
+                                 checkpoint_seconds=0.0)
+    whole = distil.train_layers(student, texts, tmp_path / "whole", config, log=lambda *_: None)
+    # An interrupted run: stop after step 5 (the checkpoint is written after every step here).
+    calls = {"n": 0}
+    real = distil.step_loss
+
+    def failing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(distil, "step_loss", failing)
+    with pytest.raises(KeyboardInterrupt):
+        distil.train_layers(student, texts, tmp_path / "parts", config, log=lambda *_: None)
+    monkeypatch.setattr(distil, "step_loss", real)
+    assert torch.load(tmp_path / "parts" / distil.CHECKPOINT, weights_only=False)["step"] == 5
+    resumed = distil.train_layers(student, texts, tmp_path / "parts", config, resume=True, log=lambda *_: None)
+    a = load_file(str(tmp_path / "whole" / "trained" / "model.safetensors"))
+    b = load_file(str(tmp_path / "parts" / "trained" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert [h["step"] for h in resumed["history"]] == [h["step"] for h in whole["history"]]
+    with pytest.raises(ValueError, match="another training configuration"):
+        distil.train_layers(student, texts, tmp_path / "parts", distil.DistilConfig(steps=9), resume=True)

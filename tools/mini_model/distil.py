@@ -1,0 +1,199 @@
+"""Training the student's Mamba layers above the fitted static sum, resumable.
+
+The student starts as the static sum (``pooling_init``: layer 0 sums the fitted token vectors, the layers above
+are the identity because their out_proj is zero, so they start as residual branches of zero). Two things keep
+training from undoing that start, which the sentence-transformers run did (its loss rose 0.23 → 0.38 in 50
+steps): the embeddings, layer 0 and the final norm learn at ``base_lr_scale`` × the learning rate of the layers
+above, and batches mix short (query, passage) pairs with sentence → long-window pairs from one book, so the
+layers above are asked for what a sum cannot give (a window that a sentence from anywhere in it must find).
+
+Checkpoints (weights, optimiser, step, the data order's seed) go to ``work/checkpoint.pt`` every
+``checkpoint_seconds``; ``resume`` continues from the last one with the same batches in the same order."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["DistilConfig", "TrainingTexts", "batch_plan", "train_layers"]
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class DistilConfig:
+    steps: int = 600
+    learning_rate: float = 5e-4  # layers 1..
+    base_lr_scale: float = 0.05  # embeddings, layer 0, final norm: learning_rate × this
+    warmup_steps: int = 30
+    weight_decay: float = 0.01
+    short_batch: int = 32  # (query, passage) pairs per short step
+    long_batch: int = 8  # sentence -> window pairs per long step, one book
+    long_every: int = 3  # one long step after this many short ones
+    short_max_tokens: int = 256
+    long_max_tokens: int = 2048
+    temperature: float = 0.05
+    contrastive_weight: float = 0.3
+    checkpoint_seconds: float = 300.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrainingTexts:
+    """Token ids (with prompt and EOS, as the student reads them) and teacher targets, all in the student's width.
+
+    short_pairs: (anchor index, positive index) into ``ids``; long_windows: per window (index into ``ids``, book,
+    sentence indices into ``ids``); targets (len(ids), d) with has_target (len(ids),)."""
+
+    ids: list[list[int]]
+    targets: np.ndarray
+    has_target: np.ndarray
+    short_pairs: list[tuple[int, int]]
+    long_windows: list[tuple[int, str, list[int]]]
+
+
+def batch_plan(texts: TrainingTexts, config: DistilConfig) -> list[tuple[list[int], list[int]]]:
+    """Every step's (anchor indices, positive indices), fixed by the seed: short pairs in shuffled order, and
+    after every ``long_every`` of them a long step of ``long_batch`` windows of one book with a random sentence
+    of each as its anchor. Pure: the same texts and config always give the same plan (resume relies on it)."""
+    rng = np.random.RandomState(config.seed)
+    by_book: dict[str, list[int]] = {}
+    for w, (_, book, sentences) in enumerate(texts.long_windows):
+        if sentences:
+            by_book.setdefault(book, []).append(w)
+    books = sorted(by_book)
+    plan: list[tuple[list[int], list[int]]] = []
+    short_order: list[int] = []
+    while len(plan) < config.steps:
+        if texts.long_windows and books and len(plan) % (config.long_every + 1) == config.long_every:
+            book = books[rng.randint(len(books))]
+            chosen = rng.choice(by_book[book], size=min(config.long_batch, len(by_book[book])), replace=False)
+            windows = [texts.long_windows[w] for w in chosen]
+            plan.append(([int(s[rng.randint(len(s))]) for _, _, s in windows], [int(i) for i, _, _ in windows]))
+            continue
+        if len(short_order) < config.short_batch:
+            short_order += list(rng.permutation(len(texts.short_pairs)))
+        take, short_order = short_order[:config.short_batch], short_order[config.short_batch:]
+        pairs = [texts.short_pairs[k] for k in take]
+        plan.append(([a for a, _ in pairs], [p for _, p in pairs]))
+    return plan
+
+
+def _param_groups(encoder, config: DistilConfig) -> list[dict]:
+    low, high = [], []
+    for name, p in encoder.named_parameters():
+        if not p.requires_grad:
+            continue
+        (high if name.startswith("layers.") and not name.startswith("layers.0.") else low).append(p)
+    low_lr = config.learning_rate * config.base_lr_scale
+    return [{"params": high, "lr": config.learning_rate, "base_lr": config.learning_rate},
+            {"params": low, "lr": low_lr, "base_lr": low_lr}]
+
+
+def _lr_factor(step: int, config: DistilConfig) -> float:
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))  # cosine decay to 0
+
+
+def _embed(embedder, ids: list[list[int]], max_tokens: int) -> torch.Tensor:
+    from recemb.core.vertical import pad_right
+
+    eos = embedder.config.eos_token_id
+    seqs = [s if len(s) <= max_tokens else s[:max_tokens - 1] + [eos] for s in ids]
+    pad = embedder.config.pad_token_id if embedder.config.pad_token_id is not None else 0
+    batch, lengths = pad_right(seqs, pad)
+    return embedder.embed_padded(batch, lengths, differentiable=True)
+
+
+def step_loss(embedder, texts: TrainingTexts, anchors: list[int], positives: list[int], long_step: bool,
+              config: DistilConfig) -> torch.Tensor:
+    """Cosine distance to the teacher for every text of the step that has a target + contrastive_weight ×
+    InfoNCE of each anchor against the step's positives."""
+    nn = torch.nn.functional
+    max_tokens = config.long_max_tokens if long_step else config.short_max_tokens
+    a = _embed(embedder, [texts.ids[i] for i in anchors], config.short_max_tokens)
+    p = _embed(embedder, [texts.ids[i] for i in positives], max_tokens)
+    index = torch.tensor(anchors + positives)
+    both = torch.cat([a, p])
+    keep = torch.from_numpy(texts.has_target[index.numpy()])
+    target = torch.from_numpy(texts.targets[index.numpy()]).float()
+    loss = (1 - nn.cosine_similarity(both[keep], target[keep], dim=-1)).mean() if keep.any() else both.sum() * 0
+    logits = nn.normalize(a, dim=-1) @ nn.normalize(p, dim=-1).T / config.temperature
+    return loss + config.contrastive_weight * nn.cross_entropy(logits, torch.arange(len(anchors)))
+
+
+def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: DistilConfig,
+                 resume: bool = False, log=print) -> dict:
+    """Train the student in ``student_dir`` (loaded on the CPU in fp32) for ``config.steps`` steps; checkpoint
+    into ``work``; return {history, steps, seconds} with the trained encoder saved to ``work/trained``."""
+    from recemb.core import Embedder
+    from recemb.core.loading import save_encoder
+
+    work.mkdir(parents=True, exist_ok=True)
+    embedder = Embedder.from_pretrained(student_dir, device="cpu", dtype="float32", backend="torch")
+    encoder = embedder.model
+    encoder.requires_grad_(True)
+    encoder.train()
+    optimiser = torch.optim.AdamW(_param_groups(encoder, config), weight_decay=config.weight_decay)
+    plan = batch_plan(texts, config)
+    start_step, history, seconds_before = 0, [], 0.0
+    ckpt_path = work / CHECKPOINT
+    if resume:
+        if not ckpt_path.exists():
+            raise FileNotFoundError(f"{ckpt_path} does not exist: nothing to resume")
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        if ckpt["config"] != asdict(config):
+            raise ValueError(f"{ckpt_path} was written with another training configuration: {ckpt['config']}")
+        encoder.load_state_dict(ckpt["model"])
+        optimiser.load_state_dict(ckpt["optimiser"])
+        start_step, history, seconds_before = ckpt["step"], ckpt["history"], ckpt["seconds"]
+        log(f"resumed at step {start_step} of {config.steps}")
+
+    def save(step: int, seconds: float) -> None:
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"model": encoder.state_dict(), "optimiser": optimiser.state_dict(), "step": step,
+                    "history": history, "seconds": seconds, "config": asdict(config)}, tmp)
+        tmp.replace(ckpt_path)  # a crash mid-save keeps the previous checkpoint
+
+    flush_before = torch.set_flush_denormal(True)  # denormal gradients slow CPUs down many times over
+    t0, last_save, window = time.time(), time.time(), []
+    try:
+        for step in range(start_step, config.steps):
+            for group in optimiser.param_groups:
+                group["lr"] = group["base_lr"] * _lr_factor(step, config)
+            anchors, positives = plan[step]
+            long_step = step % (config.long_every + 1) == config.long_every and bool(texts.long_windows)
+            optimiser.zero_grad(set_to_none=True)
+            loss = step_loss(embedder, texts, anchors, positives, long_step, config)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+            optimiser.step()
+            window.append(loss.item())
+            if (step + 1) % 25 == 0 or step + 1 == config.steps:
+                history.append({"step": step + 1, "loss": round(float(np.mean(window)), 5),
+                                "seconds": round(seconds_before + time.time() - t0, 1)})
+                log(json.dumps(history[-1]))
+                window = []
+            if time.time() - last_save > config.checkpoint_seconds:
+                save(step + 1, seconds_before + time.time() - t0)
+                last_save = time.time()
+    finally:
+        torch.set_flush_denormal(flush_before)
+    seconds = seconds_before + time.time() - t0
+    save(config.steps, seconds)
+    encoder.requires_grad_(False)
+    encoder.eval()
+    out = work / "trained"
+    out.mkdir(parents=True, exist_ok=True)
+    save_encoder(encoder, out)
+    if embedder.tokenizer is not None:
+        embedder.tokenizer.save(out)
+    return {"history": history, "steps": config.steps, "seconds": round(seconds, 1), "config": asdict(config)}
