@@ -21,8 +21,13 @@ measurement, the passage default of a new collection.
   corpus and recorded). Every query then goes through ``QdrantSync.search(query, limit=100, instruction=...)`` with
   mode "dense", "sparse", and "hybrid" fused by RRF and by DBSF: four rows per setting. nDCG@10 / Recall@100 as
   retrieval_eval.py computes them, beside all-MiniLM-L6-v2 and BM25 (bm25s), run once per collection in the same
-  process through retrieval_eval.py's own code. The store table gives per collection and setting the documents,
-  points, embedded tokens, sync seconds and ms per query of each row.
+  process through retrieval_eval.py's own code, and "all-MiniLM-L6-v2 + BM25 (DBSF)": the pipeline a user would
+  wire up instead of recemb, once per collection (``<name>-minilm`` in the same store): one point per document (no
+  splitter; MiniLM truncates at its 256-token window; the teacher row's document embeddings as dense vectors),
+  recemb's BM25 vectors (``Bm25("english")``, avg_len the documents' mean BM25 length, as recemb chooses it),
+  searched with the request of recemb's default hybrid search (its default fusion, prefetch and RRF k; dense-only
+  when the query has no BM25 terms, counted). The store table gives per collection and setting the documents,
+  points, embedded tokens, sync seconds and ms per query of each row (the pipeline's sync seconds: BM25 and writes).
 - **Long documents**: retrieval_eval.py's War and Peace test (documents of 1,500 words; a query is a sentence from a
   word band of its document and must find it), synced once per ``--passages`` setting (default
   ``none,256:32:0,default``: 256:32:0 gives every document passages, as the 256/32 store measured before);
@@ -36,8 +41,9 @@ measurement, the passage default of a new collection.
   on the ~22,000 points an IR collection reaches with passages). One store in a temp folder holds every collection
   of a run; its kind is recorded in ``results["setup"]["store"]``.
 - Targets, per passage setting: hybrid mean nDCG@10 >= 1.05 x all-MiniLM-L6-v2 and >= 1.05 x BM25 (bm25s) (DBSF is
-  the default fusion; each hybrid row is also compared with its own setting's sparse and dense rows); long-document
-  accuracy@1 >= BM25 (bm25s) in every band. Ratios and misses are printed.
+  the default fusion; each hybrid row is also compared with its own setting's sparse and dense rows); the default
+  hybrid row's mean nDCG@10 >= MiniLM + BM25's; long-document accuracy@1 >= BM25 (bm25s) in every band. Ratios and
+  misses are printed.
 
 ``--quick``: the 2 smallest collections, 20 queries each, 20 long documents, and of the passage settings only
 ``none`` and ``default`` (all of those given if they include neither). A full run's duration with these defaults is
@@ -60,6 +66,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +80,7 @@ from retrieval_eval import (  # noqa: E402
     RESULTS,
     TeacherSystem,
     data_dir,
+    dense_rank,
     ir_metrics,
     ir_ranking,
     load_collection,
@@ -90,6 +98,8 @@ ROWS = {
 }
 HYBRID_ROWS = ("hybrid rrf", "hybrid dbsf")
 TARGET_RATIO = 1.05
+PIPELINE_TARGET = 1.0  # the default hybrid row against the MiniLM + BM25 pipeline: at least as good
+PIPELINE_WRITE_BATCH = 256  # points per upsert of the pipeline row
 LIMIT = 100
 QUICK = {"collections": 2, "queries": 20, "long_docs": 20}
 QUICK_PASSAGES = ("none", "default")  # the passage configurations --quick keeps
@@ -260,6 +270,66 @@ def search_all(store, name: str, embedder, queries: list[str], instruction: str 
     return out
 
 
+def pipeline_name() -> str:
+    """The key of the MiniLM + BM25 pipeline row, named by the fusion it uses (recemb's default)."""
+    from recemb_integrations.qdrant import DEFAULT_FUSION
+
+    return f"all-MiniLM-L6-v2 + BM25 ({DEFAULT_FUSION.upper()})"
+
+
+def pipeline_ingest(store, name: str, doc_ids: list[str], doc_texts: list[str], dense: np.ndarray) -> tuple:
+    """The pipeline a user would wire up instead of recemb, written into a new collection of the same store: one
+    point per document (no splitter; all-MiniLM-L6-v2 truncates at its 256-token window), its dense vector
+    ``dense`` (the teacher row's document embeddings) and recemb's BM25 vector, the average length the mean BM25
+    length of the documents (as recemb chooses it for a new collection), payload ``document_id``. Returns the
+    Bm25 and the setup (seconds: BM25 and writes only, the dense embeddings were counted by the teacher row)."""
+    from recemb_integrations.sparse import Bm25
+    from recemb_integrations.stores import DENSE_VECTOR, KEYWORD, SPARSE_VECTOR, StoredPoint
+
+    t0 = time.time()
+    base = Bm25("english")
+    lengths = [base.length(t) for t in doc_texts]
+    bm25 = base.with_avg_len(float(np.mean(lengths)) if sum(lengths) else base.avg_len)
+    store.create_collection(name, int(dense.shape[1]), True, {"pipeline": {"bm25": bm25.settings()}})
+    store.create_payload_index(name, "document_id", KEYWORD)
+    for start in range(0, len(doc_ids), PIPELINE_WRITE_BATCH):
+        points = []
+        for doc_id, text, vec in zip(doc_ids[start:start + PIPELINE_WRITE_BATCH],
+                                     doc_texts[start:start + PIPELINE_WRITE_BATCH],
+                                     dense[start:start + PIPELINE_WRITE_BATCH]):
+            sparse = bm25.embed_document(text)
+            points.append(StoredPoint(id=str(uuid.uuid5(uuid.NAMESPACE_URL, doc_id)), payload={"document_id": doc_id},
+                                      vector={DENSE_VECTOR: vec.tolist(), **({SPARSE_VECTOR: sparse} if len(sparse)
+                                                                             else {})}))
+        store.upsert(name, points)
+    store.optimize(name, show_progress_bar=False)
+    return bm25, {"collection": name, "documents": len(doc_ids), "points": store.count(name),
+                  "write_seconds": time.time() - t0, "bm25": bm25.settings()}
+
+
+def pipeline_search(store, name: str, model, bm25, queries: list[str], limit: int) -> dict:
+    """Every query as recemb's default hybrid search asks the store (its default fusion, prefetch and RRF_K), the
+    query embedded by all-MiniLM-L6-v2 one at a time; dense-only (counted) when it has no BM25 terms. One point per
+    document, so a plain ``store.query`` (as QdrantSync searches a collection without passages)."""
+    from recemb_integrations.qdrant import DEFAULT_FUSION, RRF_K
+    from recemb_integrations.qdrant.search import PREFETCH_MIN, PREFETCH_PER_HIT
+    from recemb_integrations.stores import SearchRequest
+
+    ranked, dense_only = [], 0
+    t0 = time.time()
+    for q in queries:
+        dense = model.encode([q], normalize_embeddings=True, convert_to_numpy=True,
+                             show_progress_bar=False)[0].tolist()
+        sparse = bm25.embed_query(q)
+        if not len(sparse):
+            sparse, dense_only = None, dense_only + 1
+        request = SearchRequest(limit=limit, dense=dense, sparse=sparse,
+                                fusion=DEFAULT_FUSION if sparse is not None else None,
+                                candidates=max(PREFETCH_MIN, PREFETCH_PER_HIT * limit), rrf_k=RRF_K)
+        ranked.append([p.payload["document_id"] for p in store.query(name, request)])
+    return {"ranked": ranked, "no_bm25_terms": dense_only, "seconds": time.time() - t0}
+
+
 def store_line(prefix: str, store: dict) -> str:
     bm25 = store["bm25"] or {}
     pal = bm25.get("passage_avg_len")
@@ -274,13 +344,15 @@ def store_line(prefix: str, store: dict) -> str:
 
 def run_ir(store, embedder, teacher, collections, data: Path, max_queries: int | None, batch_size: int,
            configs: list[PassageConfig]) -> dict:
-    """Teacher and bm25s once per collection; the four QdrantSync rows once per collection and passage setting.
+    """Teacher, bm25s and the MiniLM + BM25 pipeline once per collection; the four QdrantSync rows once per
+    collection and passage setting.
 
-    ``scores`` is keyed by system: the two baselines, and ``row_key(row, label)`` for each QdrantSync row and
-    setting (``rows`` says which row and setting each is); ``stores[label][collection]`` is each store's setup."""
+    ``scores`` is keyed by system: the two baselines, ``pipeline_name()``, and ``row_key(row, label)`` for each
+    QdrantSync row and setting (``rows`` says which row and setting each is); ``stores[label][collection]`` is each
+    store's setup, ``pipeline[collection]`` the pipeline collection's."""
     from recemb_integrations.qdrant import Document
 
-    results: dict = {"passages": {}, "rows": {}, "scores": {}, "stores": {}, "seconds": {}}
+    results: dict = {"passages": {}, "rows": {}, "scores": {}, "stores": {}, "pipeline": {}, "seconds": {}}
 
     def record(key: str, coll: str, metrics: dict, seconds: float, **extra) -> None:
         results["scores"].setdefault(key, {})[coll] = {**metrics, **extra}
@@ -295,10 +367,23 @@ def run_ir(store, embedder, teacher, collections, data: Path, max_queries: int |
             qids, qtexts = qids[:max_queries], qtexts[:max_queries]
         size = {"queries": len(qids), "documents": len(doc_ids)}
         task = QUERY_TASKS.get(coll)
-        for row, system in ((TeacherSystem.name, teacher), (BM25_NAME, None)):
-            t0 = time.time()
-            ranked = [[doc_ids[j] for j in r] for r in ir_ranking(system, qtexts, doc_texts, task, LIMIT)]
-            record(row, coll, ir_metrics(ranked, qids, qrels), time.time() - t0, **size)
+        # The teacher row as ir_ranking ranks it; its document embeddings are the pipeline row's dense vectors.
+        t0 = time.time()
+        teacher_queries = teacher.queries(qtexts, task)
+        teacher_docs = teacher.documents(doc_texts)
+        ranked = [[doc_ids[j] for j in r] for r in dense_rank(teacher_queries, teacher_docs, LIMIT)]
+        record(TeacherSystem.name, coll, ir_metrics(ranked, qids, qrels), time.time() - t0, **size)
+        t0 = time.time()
+        ranked = [[doc_ids[j] for j in r] for r in ir_ranking(None, qtexts, doc_texts, task, LIMIT)]
+        record(BM25_NAME, coll, ir_metrics(ranked, qids, qrels), time.time() - t0, **size)
+        name = f"{coll}-minilm"
+        bm25, setup = pipeline_ingest(store, name, doc_ids, doc_texts, teacher_docs)
+        del teacher_queries, teacher_docs
+        found = pipeline_search(store, name, teacher.model, bm25, qtexts, LIMIT)
+        results["pipeline"][coll] = {**setup, "search_seconds": found["seconds"]}
+        record(pipeline_name(), coll, ir_metrics(found["ranked"], qids, qrels), found["seconds"],
+               no_bm25_terms=found["no_bm25_terms"], ms_per_query=1000 * found["seconds"] / max(len(qids), 1),
+               **size)
         documents = [Document(i, t, {}) for i, t in zip(doc_ids, doc_texts)]
         for config in configs:
             name = f"{coll}-{config.slug}"
@@ -405,7 +490,8 @@ def avg_lens(st: dict) -> str:
 
 def store_table(ir: dict, collections: list[str]) -> str:
     """Per collection and passage setting, then per setting over all collections: what was stored and what it cost
-    (ms/query: the row's search seconds over its queries)."""
+    (ms/query: the row's search seconds over its queries); per collection, the MiniLM + BM25 pipeline's collection
+    too (its one search in its fusion's column; sync s: BM25 and writes, its dense embeddings are the teacher's)."""
     lines = ["| collection | passages | documents | points | embedded tokens | queries | BM25 avg_len (documents / "
              "passages) | queries without BM25 terms | sync s | ms/query dense | sparse | hybrid rrf | hybrid dbsf |",
              "|---|---|" + "---:|" * 11]
@@ -417,6 +503,13 @@ def store_table(ir: dict, collections: list[str]) -> str:
                          f"| {sc['dense']['queries']} | {avg_lens(st)} | {sc['hybrid dbsf']['no_bm25_terms']} "
                          f"| {st['sync_seconds']:.1f} | " + " | ".join(f"{sc[row]['ms_per_query']:.0f}" for row in ROWS)
                          + " |")
+        st = ir.get("pipeline", {}).get(c)
+        if st is not None:
+            sc = ir["scores"][pipeline_name()][c]
+            ms = [f"{sc['ms_per_query']:.0f}" if row == f"hybrid {default_fusion()}" else "—" for row in ROWS]
+            lines.append(f"| {c} | {pipeline_name()}: one point per document | {st['documents']} | {st['points']} "
+                         f"| — | {sc['queries']} | {avg_lens(st)} | {sc['no_bm25_terms']} | {st['write_seconds']:.1f} "
+                         "| " + " | ".join(ms) + " |")
     if len(collections) > 1:
         for label, stores in ir["stores"].items():
             total = {k: sum(stores[c][k] for c in collections) for k in ("documents", "points", "embedded_tokens",
@@ -427,6 +520,9 @@ def store_table(ir: dict, collections: list[str]) -> str:
             lines.append(f"| all | {label} | {total['documents']} | {total['points']} | {total['embedded_tokens']} "
                          f"| {n_q} | — | {sum(s['no_bm25_terms'] for s in sc['hybrid dbsf'])} "
                          f"| {total['sync_seconds']:.1f} | " + " | ".join(f"{ms[row]:.0f}" for row in ROWS) + " |")
+    if ir.get("pipeline"):
+        lines.append(f"\n{pipeline_name()}: sync s is BM25 and writes only (its dense vectors are the teacher row's "
+                     "document embeddings, whose seconds that row counts); ms/query includes embedding the query.")
     return "\n".join(lines)
 
 
@@ -455,10 +551,20 @@ def long_store_table(long: dict) -> str:
 
 
 def targets(ir: dict | None, long: dict | None) -> dict:
-    """Ratios against the targets, per passage setting; ``met`` and the shortfall for each."""
-    out: dict = {"ir": {}, "long": {}}
+    """Ratios against the targets, per passage setting; ``met`` and the shortfall for each. ``ir_vs_pipeline``: the
+    default hybrid row of each setting against the MiniLM + BM25 pipeline (target ``PIPELINE_TARGET``)."""
+    out: dict = {"ir": {}, "ir_vs_pipeline": {}, "long": {}}
     if ir:
         means = {key: m["ndcg@10"] for key, m in ir["mean"].items()}
+        pipeline = means.get(pipeline_name())
+        default = f"hybrid {default_fusion()}"
+        for label in ir["stores"] if pipeline is not None and default in ROWS else ():
+            mine = means[row_key(default, label)]
+            ratio = mine / pipeline if pipeline else float("nan")
+            out["ir_vs_pipeline"][label] = {
+                "row": row_key(default, label), "pipeline": pipeline_name(), "ratio": ratio,
+                "target": PIPELINE_TARGET, "met": ratio >= PIPELINE_TARGET,
+                "missing_ndcg": max(0.0, PIPELINE_TARGET * pipeline - mine)}
         for label in ir["stores"]:
             for row in HYBRID_ROWS:
                 mine = means[row_key(row, label)]
@@ -499,6 +605,11 @@ def targets_text(t: dict) -> str:
                 parts.append(s)
             lines.append(f"- IR {row_key(row, label)}{' (the default fusion)' if row == default else ''}: mean "
                          "nDCG@10 = " + "; ".join(parts))
+    for label, r in t.get("ir_vs_pipeline", {}).items():
+        lines.append(f"- IR {r['row']} (the default) vs {r['pipeline']}: mean nDCG@10 = {r['ratio']:.3f}x "
+                     + (f"(target >= {r['target']}x: met)" if r["met"] else
+                        f"(target >= {r['target']}x: MISSED by {r['missing_ndcg']:.3f} nDCG@10, "
+                        f"{r['target'] - r['ratio']:.3f}x)"))
     for label, rows in t["long"].items():
         for row, r in rows.items():
             if row not in HYBRID_ROWS and row != "sparse (BM25)":
