@@ -62,6 +62,10 @@ def test_teacher_cache_embeds_only_new_texts_and_survives_a_reload(tmp_path, mon
     reloaded._model = Fake()
     again = reloaded.embed(["abc", "abcd"])
     assert calls == [["ab", "abc"], ["abcd"]] and np.allclose(again[0], first[1]) and len(reloaded) == 3
+    other = teacher.TeacherCache(tmp_path, tmp_path / "other-teacher")
+    other._model = Fake()
+    other.embed(["ab"])
+    assert calls[-1] == ["ab"]  # another teacher's embedding of the same text is not reused
     mean = reloaded.mean_of_chunks([["ab", "abcd"]])
     assert np.isclose(np.linalg.norm(mean), 1.0)
 
@@ -121,8 +125,9 @@ def test_batch_plan_is_pure_and_mixes_one_book_long_steps_in():
                                                                 long_every=3, seed=1))
     window_book = {i: book for i, book, _ in texts.long_windows}
     window_sentences = {i: s for i, _, s in texts.long_windows}
-    for step, (anchors, positives) in enumerate(plan):
-        if step % 4 == 3:
+    assert [long for _, _, long in plan] == [step % 4 == 3 for step in range(16)]
+    for step, (anchors, positives, long) in enumerate(plan):
+        if long:
             assert len({window_book[p] for p in positives}) == 1 and len(set(positives)) == 2
             assert all(a in window_sentences[p] for a, p in zip(anchors, positives))
         else:
@@ -168,5 +173,8 @@ def test_training_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_does
     b = load_file(str(tmp_path / "parts" / "trained" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert [h["step"] for h in resumed["history"]] == [h["step"] for h in whole["history"]]
+    with pytest.raises(FileExistsError, match="resume it"):  # a fresh run never overwrites a checkpoint
+        distil.train_layers(student, texts, tmp_path / "parts", config, log=lambda *_: None)
+    assert torch.load(tmp_path / "parts" / distil.CHECKPOINT, weights_only=False)["step"] == 8
     with pytest.raises(ValueError, match="another training configuration"):
         distil.train_layers(student, texts, tmp_path / "parts", distil.DistilConfig(steps=9), resume=True)

@@ -58,30 +58,31 @@ class TrainingTexts:
     long_windows: list[tuple[int, str, list[int]]]
 
 
-def batch_plan(texts: TrainingTexts, config: DistilConfig) -> list[tuple[list[int], list[int]]]:
-    """Every step's (anchor indices, positive indices), fixed by the seed: short pairs in shuffled order, and
-    after every ``long_every`` of them a long step of ``long_batch`` windows of one book with a random sentence
-    of each as its anchor. Pure: the same texts and config always give the same plan (resume relies on it)."""
+def batch_plan(texts: TrainingTexts, config: DistilConfig) -> list[tuple[list[int], list[int], bool]]:
+    """Every step's (anchor indices, positive indices, is a long step), fixed by the seed: short pairs in
+    shuffled order, and after every ``long_every`` of them a long step of ``long_batch`` windows of one book
+    with a random sentence of each as its anchor. Pure: the same texts and config always give the same plan
+    (resume relies on it)."""
     rng = np.random.RandomState(config.seed)
     by_book: dict[str, list[int]] = {}
     for w, (_, book, sentences) in enumerate(texts.long_windows):
         if sentences:
             by_book.setdefault(book, []).append(w)
     books = sorted(by_book)
-    plan: list[tuple[list[int], list[int]]] = []
+    plan: list[tuple[list[int], list[int], bool]] = []
     short_order: list[int] = []
     while len(plan) < config.steps:
         if texts.long_windows and books and len(plan) % (config.long_every + 1) == config.long_every:
             book = books[rng.randint(len(books))]
             chosen = rng.choice(by_book[book], size=min(config.long_batch, len(by_book[book])), replace=False)
             windows = [texts.long_windows[w] for w in chosen]
-            plan.append(([int(s[rng.randint(len(s))]) for _, _, s in windows], [int(i) for i, _, _ in windows]))
+            plan.append(([int(s[rng.randint(len(s))]) for _, _, s in windows], [int(i) for i, _, _ in windows], True))
             continue
         if len(short_order) < config.short_batch:
             short_order += list(rng.permutation(len(texts.short_pairs)))
         take, short_order = short_order[:config.short_batch], short_order[config.short_batch:]
         pairs = [texts.short_pairs[k] for k in take]
-        plan.append(([a for a, _ in pairs], [p for _, p in pairs]))
+        plan.append(([a for a, _ in pairs], [p for _, p in pairs], False))
     return plan
 
 
@@ -133,7 +134,8 @@ def step_loss(embedder, texts: TrainingTexts, anchors: list[int], positives: lis
 def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: DistilConfig,
                  resume: bool = False, log=print) -> dict:
     """Train the student in ``student_dir`` (loaded on the CPU in fp32) for ``config.steps`` steps; checkpoint
-    into ``work``; return {history, steps, seconds} with the trained encoder saved to ``work/trained``."""
+    into ``work`` (refused if ``work`` already holds a checkpoint and ``resume`` is false); return {history,
+    steps, seconds} with the trained encoder saved to ``work/trained``."""
     from recemb.core import Embedder
     from recemb.core.loading import save_encoder
 
@@ -156,6 +158,9 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
         optimiser.load_state_dict(ckpt["optimiser"])
         start_step, history, seconds_before = ckpt["step"], ckpt["history"], ckpt["seconds"]
         log(f"resumed at step {start_step} of {config.steps}")
+    elif ckpt_path.exists():  # a fresh run would overwrite another run's progress
+        raise FileExistsError(f"{ckpt_path} holds a run's checkpoint: resume it (resume=True) or use another "
+                              "work folder")
 
     def save(step: int, seconds: float) -> None:
         tmp = ckpt_path.with_suffix(".tmp")
@@ -169,8 +174,7 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
         for step in range(start_step, config.steps):
             for group in optimiser.param_groups:
                 group["lr"] = group["base_lr"] * _lr_factor(step, config)
-            anchors, positives = plan[step]
-            long_step = step % (config.long_every + 1) == config.long_every and bool(texts.long_windows)
+            anchors, positives, long_step = plan[step]
             optimiser.zero_grad(set_to_none=True)
             loss = step_loss(embedder, texts, anchors, positives, long_step, config)
             loss.backward()

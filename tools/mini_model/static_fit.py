@@ -21,7 +21,6 @@ __all__ = ["StaticFitConfig", "bag_embed", "fit_static_vectors"]
 class StaticFitConfig:
     epochs: int = 6
     learning_rate: float = 3e-3
-    batch_size: int = 256  # pairs per step
     temperature: float = 0.05
     contrastive_weight: float = 0.3
     seed: int = 0

@@ -13,14 +13,15 @@ __all__ = ["TeacherCache", "text_key"]
 CACHE_FILE = "teacher_embeddings.npz"
 
 
-def text_key(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+def text_key(text: str, teacher: str) -> str:
+    """The cache key of ``text`` embedded by the teacher named ``teacher`` (another teacher never hits it)."""
+    return hashlib.sha1(f"{teacher}\x00{text}".encode("utf-8")).hexdigest()
 
 
 class TeacherCache:
     """all-MiniLM-L6-v2's normalised 384-d embedding of every text asked for, stored as ``work/CACHE_FILE``
-    (keys = SHA-1 of the text). ``embed`` computes the missing ones in one pass and saves every 4,096 texts, so
-    an interrupted pass resumes where it stopped."""
+    (keys = SHA-1 of the teacher's folder name and the text). ``embed`` computes the missing ones in one pass and
+    saves every 4,096 texts, so an interrupted pass resumes where it stopped."""
 
     def __init__(self, work: Path, teacher_dir: Path, batch_size: int = 64):
         self.path = Path(work) / CACHE_FILE
@@ -45,7 +46,7 @@ class TeacherCache:
 
     def embed(self, texts: list[str], show_progress: bool = True) -> np.ndarray:
         """(n, 384) teacher embeddings of ``texts`` (unit norm), computing only the missing ones."""
-        keys = [text_key(t) for t in texts]
+        keys = [text_key(t, Path(self.teacher_dir).name) for t in texts]
         missing = list(dict.fromkeys(k for k in keys if k not in self._index))
         if missing:
             by_key = dict(zip(keys, texts))
