@@ -24,7 +24,9 @@ def test_resolves_by_name_and_fits_the_budget(emb):
     assert emb.dim == 256 and emb.tokenizer.eos_token_id == 102 and emb.tokenizer.appends_eos
     card = (FOLDER / "README.md").read_text()
     assert "python -m tools.mini_model" in card and "What it is not" in card  # the maintainer command
-    assert json.loads((FOLDER / "training.json").read_text())["steps"] > 0
+    training = json.loads((FOLDER / "training.json").read_text())  # the build's record: its stages, as run
+    assert training["pairs"] > 0 and training["layers"]["validation"]["long_acc_by_quarter"]
+    assert len(training["static"]["validation_by_epoch"]) == training["static"]["config"]["epochs"] + 1
 
 
 def test_titles_find_their_own_abstracts_far_above_chance(emb):

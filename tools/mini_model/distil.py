@@ -28,8 +28,8 @@ CHECKPOINT = "checkpoint.pt"
 
 @dataclass(frozen=True)
 class DistilConfig:
-    steps: int = 600
-    learning_rate: float = 5e-4  # layers 1..
+    steps: int = 400
+    learning_rate: float = 1e-4  # layers 1..
     base_lr_scale: float = 0.05  # embeddings, layer 0, final norm: learning_rate × this
     warmup_steps: int = 30
     weight_decay: float = 0.01
@@ -41,6 +41,7 @@ class DistilConfig:
     temperature: float = 0.05
     contrastive_weight: float = 0.3
     checkpoint_seconds: float = 300.0
+    validate_every: int = 100  # steps between validations (and before the first step)
     seed: int = 0
 
 
@@ -132,10 +133,14 @@ def step_loss(embedder, texts: TrainingTexts, anchors: list[int], positives: lis
 
 
 def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: DistilConfig,
-                 resume: bool = False, log=print) -> dict:
+                 resume: bool = False, log=print, validate=None) -> dict:
     """Train the student in ``student_dir`` (loaded on the CPU in fp32) for ``config.steps`` steps; checkpoint
     into ``work`` (refused if ``work`` already holds a checkpoint and ``resume`` is false); return {history,
-    steps, seconds} with the trained encoder saved to ``work/trained``."""
+    validations, best_step, steps, seconds}.
+
+    ``validate(embedder)`` -> dict with a "score" (higher is better) runs before the first step and every
+    ``validate_every`` steps; ``work/trained`` gets the weights of the best validation (step 0 = the start, so
+    training that does not help ships the start). Without ``validate`` it gets the last step's weights."""
     from recemb.core import Embedder
     from recemb.core.loading import save_encoder
 
@@ -147,7 +152,10 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
     optimiser = torch.optim.AdamW(_param_groups(encoder, config), weight_decay=config.weight_decay)
     plan = batch_plan(texts, config)
     start_step, history, seconds_before = 0, [], 0.0
+    validations: list[dict] = []
+    best = {"step": None, "score": -math.inf}
     ckpt_path = work / CHECKPOINT
+    best_dir = work / "trained"
     if resume:
         if not ckpt_path.exists():
             raise FileNotFoundError(f"{ckpt_path} does not exist: nothing to resume")
@@ -157,6 +165,7 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
         encoder.load_state_dict(ckpt["model"])
         optimiser.load_state_dict(ckpt["optimiser"])
         start_step, history, seconds_before = ckpt["step"], ckpt["history"], ckpt["seconds"]
+        validations, best = ckpt["validations"], ckpt["best"]
         log(f"resumed at step {start_step} of {config.steps}")
     elif ckpt_path.exists():  # a fresh run would overwrite another run's progress
         raise FileExistsError(f"{ckpt_path} holds a run's checkpoint: resume it (resume=True) or use another "
@@ -165,12 +174,35 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
     def save(step: int, seconds: float) -> None:
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"model": encoder.state_dict(), "optimiser": optimiser.state_dict(), "step": step,
-                    "history": history, "seconds": seconds, "config": asdict(config)}, tmp)
+                    "history": history, "seconds": seconds, "config": asdict(config), "validations": validations,
+                    "best": best}, tmp)
         tmp.replace(ckpt_path)  # a crash mid-save keeps the previous checkpoint
+
+    def save_trained() -> None:
+        best_dir.mkdir(parents=True, exist_ok=True)
+        save_encoder(encoder, best_dir)
+        if embedder.tokenizer is not None:
+            embedder.tokenizer.save(best_dir)
+
+    def check(step: int) -> None:
+        if validate is None or (step % config.validate_every and step != config.steps):
+            return
+        if validations and validations[-1]["step"] == step:
+            return  # already validated before a resume
+        encoder.eval()
+        with torch.no_grad():
+            record = {"step": step, **validate(embedder)}
+        encoder.train()
+        validations.append(record)
+        log(json.dumps({"validation": record}))
+        if record["score"] > best["score"]:
+            best.update(step=step, score=record["score"])
+            save_trained()
 
     flush_before = torch.set_flush_denormal(True)  # denormal gradients slow CPUs down many times over
     t0, last_save, window = time.time(), time.time(), []
     try:
+        check(start_step)
         for step in range(start_step, config.steps):
             for group in optimiser.param_groups:
                 group["lr"] = group["base_lr"] * _lr_factor(step, config)
@@ -186,6 +218,7 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
                                 "seconds": round(seconds_before + time.time() - t0, 1)})
                 log(json.dumps(history[-1]))
                 window = []
+            check(step + 1)
             if time.time() - last_save > config.checkpoint_seconds:
                 save(step + 1, seconds_before + time.time() - t0)
                 last_save = time.time()
@@ -195,9 +228,8 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
     save(config.steps, seconds)
     encoder.requires_grad_(False)
     encoder.eval()
-    out = work / "trained"
-    out.mkdir(parents=True, exist_ok=True)
-    save_encoder(encoder, out)
-    if embedder.tokenizer is not None:
-        embedder.tokenizer.save(out)
-    return {"history": history, "steps": config.steps, "seconds": round(seconds, 1), "config": asdict(config)}
+    if validate is None:
+        save_trained()
+    return {"history": history, "validations": validations, "best_step": best["step"], "steps": config.steps,
+            "seconds": round(seconds, 1),
+            "seconds_this_run": round(time.time() - t0, 1), "config": asdict(config)}

