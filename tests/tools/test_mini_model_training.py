@@ -272,10 +272,41 @@ def test_the_build_refuses_a_resume_without_a_checkpoint_and_a_fresh_run_over_on
     assert not (tmp_path / "out").exists()
 
 
-def test_the_command_takes_a_work_folder_or_a_resume_not_both(capsys):
-    from tools.mini_model.__main__ import build_parser
+def test_the_build_refuses_a_work_folder_of_someone_elses_files_and_touches_nothing(tmp_path, monkeypatch):
+    from tools.mini_model import build
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the build started work in a folder that is not a work folder")
+
+    monkeypatch.setattr(build, "build_pairs", no_work)
+    project = tmp_path / "project"
+    (project / "init").mkdir(parents=True)
+    (project / "init" / "config.json").write_text("mine")
+    (project / "notes.txt").write_text("mine too")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        build.train_mini(tmp_path / "out", work_dir=project)
+    with pytest.raises(ValueError, match="work folder is empty"):
+        build.train_mini(tmp_path / "out", work_dir="  ")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(NotADirectoryError):
+        build.train_mini(tmp_path / "out", work_dir=a_file)
+    assert sorted(p.name for p in project.rglob("*")) == ["config.json", "init", "notes.txt"]
+    assert (project / "init" / "config.json").read_text() == "mine" and a_file.read_text() == "x"
+    # a work folder of this build (what a stopped run leaves) is accepted
+    work = tmp_path / "work"
+    (work / "init").mkdir(parents=True)
+    (work / "teacher_embeddings.npz").write_bytes(b"")
+    assert build.check_work_folder(work) == work
+
+
+def test_the_command_takes_a_work_folder_or_a_resume_not_both_and_no_negative_steps(capsys):
+    from tools.mini_model.__main__ import build_parser, main
 
     args = build_parser().parse_args(["--out", "o", "--resume", "w"])
     assert args.resume == "w" and args.work is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--out", "o", "--resume", "w", "--work", "v"])
+    with pytest.raises(SystemExit):
+        main(["--out", "o", "--layer-steps", "-1"])
+    assert "--layer-steps must be 0 or more" in capsys.readouterr().err

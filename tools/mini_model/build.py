@@ -29,13 +29,30 @@ from tools.mini_model.initialise import (
     write_student,
 )
 from tools.mini_model.static_fit import StaticFitConfig, fit_static_vectors, static_batches
+from tools.mini_model.teacher import CACHE_FILE as TEACHER_CACHE
 from tools.mini_model.teacher import TeacherCache
 from tools.mini_model.texts import text_table
-from tools.mini_model.validation import static_sums, sts_dev, sts_spearman, window_accuracy
+from tools.mini_model.validation import score, static_sums, sts_dev
 
-__all__ = ["train_mini"]
+__all__ = ["check_work_folder", "train_mini"]
 
 STATIC_FILE = "static.npz"
+# all a work folder ever holds, temporary files included
+WORK_ENTRIES = {TEACHER_CACHE, Path(TEACHER_CACHE).with_suffix(".tmp.npz").name, STATIC_FILE, "static.tmp.npz",
+                "init", "layers"}
+
+
+def check_work_folder(work: Path) -> Path:
+    """``work`` if it is new, empty or a work folder of this build; else an error before anything is written (a
+    mistyped --work must not drop files into, or overwrite ``init/`` in, a folder of someone else's)."""
+    if work.exists() and not work.is_dir():
+        raise NotADirectoryError(f"{work} is a file, not a work folder")
+    if work.is_dir():
+        foreign = sorted(p.name for p in work.iterdir() if p.name not in WORK_ENTRIES)
+        if foreign:
+            raise FileExistsError(f"{work} holds files that are not a rebuild's ({', '.join(foreign[:3])}): pass a "
+                                  "new or empty folder as the work folder")
+    return work
 
 
 def _digest(*parts) -> str:
@@ -48,7 +65,8 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
                max_rows: int | None = None, max_windows: int | None = None, log=print) -> dict:
     """Build ``recemb-mamba2-mini`` into ``out``; return the summary also written to ``out/training.json``.
 
-    work_dir (default ``.{out}-work`` beside ``out``) holds every stage's result; ``resume`` continues a stopped
+    work_dir (default ``.{out}-work`` beside ``out``; refused if it holds anything else, ``check_work_folder``)
+    holds every stage's result; ``resume`` continues a stopped
     run there (refused if it holds none), a fresh run refuses a work folder that holds a layer checkpoint.
     max_rows / max_windows cut the data (tests and trials)."""
     import transformers
@@ -60,7 +78,9 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
     from recemb_integrations.training import instructed_anchor
 
     out = check_model_destination(out)  # before the hours of work, not after
-    work = Path(work_dir) if work_dir is not None else out.parent / f".{out.name}-work"
+    if work_dir is not None and str(work_dir).strip() == "":
+        raise ValueError("the work folder is empty: pass a folder path")
+    work = check_work_folder(Path(work_dir) if work_dir is not None else out.parent / f".{out.name}-work")
     checkpoint = work / "layers" / CHECKPOINT
     if resume and not checkpoint.exists():
         raise FileNotFoundError(f"{checkpoint} does not exist: nothing to resume (run without --resume)")
@@ -105,13 +125,9 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
     query_index = [s for _, _, s in table.validation_queries]
 
     def validate_static(vectors: np.ndarray) -> dict:
-        wins = static_sums(vectors, [static_ids[w] for w in validation_windows])
-        queries = static_sums(vectors, [static_ids[s] for s in query_index])
-        sts = static_sums(vectors, sts_ids)
-        bands = window_accuracy(queries, wins, table.validation_queries) if query_index else []
-        rho = sts_spearman(sts[:len(sts_a)], sts[len(sts_a):], sts_gold)
-        return {"long_acc_by_quarter": bands, "sts_dev": rho,
-                "score": round(float(np.mean(bands) if bands else 0.0) + rho / 100, 4)}
+        return score(static_sums(vectors, [static_ids[s] for s in query_index]),
+                     static_sums(vectors, [static_ids[w] for w in validation_windows]), table.validation_queries,
+                     static_sums(vectors, sts_ids), sts_gold)
 
     t = time.time()
     static_key = _digest(asdict(static), len(table.texts), n, n_windows, Path(teacher_dir).name, seed)
@@ -134,14 +150,11 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
 
     # The student, then its layers above the sum, validated as the package embeds.
     def validate_student(embedder) -> dict:
-        wins = embedder.encode([table.texts[w] for w in validation_windows], batch_size=4,
-                               show_progress_bar=False)
-        queries = embedder.encode([table.texts[s] for s in query_index], batch_size=64, show_progress_bar=False)
-        sts = embedder.encode(sts_a + sts_b, prompt=sts_prompt, batch_size=64, show_progress_bar=False)
-        bands = window_accuracy(queries, wins, table.validation_queries) if query_index else []
-        rho = sts_spearman(sts[:len(sts_a)], sts[len(sts_a):], sts_gold)
-        return {"long_acc_by_quarter": bands, "sts_dev": rho,
-                "score": round(float(np.mean(bands) if bands else 0.0) + rho / 100, 4)}
+        return score(embedder.encode([table.texts[s] for s in query_index], batch_size=64, show_progress_bar=False),
+                     embedder.encode([table.texts[w] for w in validation_windows], batch_size=4,
+                                     show_progress_bar=False), table.validation_queries,
+                     embedder.encode(sts_a + sts_b, prompt=sts_prompt, batch_size=64, show_progress_bar=False),
+                     sts_gold)
 
     t = time.time()
     student_dir = write_student(work / "init", teacher_dir, vectors, seed)

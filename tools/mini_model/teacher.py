@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TeacherCache", "text_key"]
+__all__ = ["CACHE_FILE", "TeacherCache", "text_key"]
 
 CACHE_FILE = "teacher_embeddings.npz"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["normalise", "sts_dev", "sts_spearman", "static_sums", "window_accuracy"]
+__all__ = ["normalise", "score", "sts_dev", "sts_spearman", "static_sums", "window_accuracy"]
 
 
 def normalise(x: np.ndarray) -> np.ndarray:
@@ -52,3 +52,14 @@ def sts_dev(data_dir: Path) -> tuple[list[str], list[str], list[float]]:
         second.append(b)
         gold.append(float(g))
     return first, second, gold
+
+
+def score(query_vectors: np.ndarray, window_vectors: np.ndarray, queries: list[tuple[int, int, int]],
+          sts_vectors: np.ndarray, gold: list[float]) -> dict:
+    """The record a validation step keeps: accuracy per quarter, STS-B dev ρ (``sts_vectors`` = first sentences
+    then second sentences) and their sum as the score to maximise (mean accuracy + ρ / 100)."""
+    bands = window_accuracy(query_vectors, window_vectors, queries) if queries else []
+    half = len(gold)
+    rho = sts_spearman(sts_vectors[:half], sts_vectors[half:], gold)
+    return {"long_acc_by_quarter": bands, "sts_dev": rho,
+            "score": round(float(np.mean(bands) if bands else 0.0) + rho / 100, 4)}
