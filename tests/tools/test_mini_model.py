@@ -98,6 +98,9 @@ def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
     unweighted = (got * pooled(np.ones(vocab))).sum(1)
     assert weighted.min() > 0.999, weighted
     assert (weighted > unweighted + 0.02)[1:].all(), (weighted, unweighted)  # one token: the weight is moot
+    for layer in encoder.layers[1:]:  # the branches above keep a long memory (the default init has |A| = 1..h)
+        assert torch.exp(layer.mixer.A_log).max().item() <= initialise.BRANCH_DECAY_RANGE[1] * (1 + 1e-6)
+        assert not layer.mixer.out_proj.weight.any()
 
 
 def test_static_fit_recovers_sums_of_hidden_token_vectors():

@@ -134,21 +134,27 @@ def test_batch_plan_is_pure_and_mixes_one_book_long_steps_in():
             assert len(anchors) == 4 and all((a, p) in texts.short_pairs for a, p in zip(anchors, positives))
 
 
-def _tiny_student(folder):
+def _tiny_student(folder, identity_branches=False):
+    """A random 2-layer student; ``identity_branches``: layer 1's out_proj zeroed, as ``pooling_init`` leaves it."""
     from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
 
     config = Mamba2Config(hidden_size=8, num_hidden_layers=2, num_heads=2, head_dim=8, state_size=4, expand=2,
                           conv_kernel=4, chunk_size=4, vocab_size=16, pad_token_id=0, bos_token_id=1,
                           eos_token_id=3, tie_word_embeddings=False)
     torch.manual_seed(0)
-    Mamba2Encoder(config).save(folder)
+    encoder = Mamba2Encoder(config)
+    if identity_branches:
+        with torch.no_grad():
+            encoder.layers[1].mixer.out_proj.weight.zero_()
+    encoder.save(folder)
     return folder
 
 
-def test_training_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_does(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated-branches"])
+def test_training_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_does(tmp_path, monkeypatch, gated):
     from safetensors.torch import load_file
 
-    student = _tiny_student(tmp_path / "student")
+    student = _tiny_student(tmp_path / "student", identity_branches=gated)
     texts = _texts()
     config = distil.DistilConfig(steps=8, short_batch=4, long_batch=2, long_every=3, warmup_steps=2,
                                  checkpoint_seconds=0.0)
@@ -310,3 +316,41 @@ def test_the_command_takes_a_work_folder_or_a_resume_not_both_and_no_negative_st
     with pytest.raises(SystemExit):
         main(["--out", "o", "--layer-steps", "-1"])
     assert "--layer-steps must be 0 or more" in capsys.readouterr().err
+
+
+def _embed_ids(embedder, ids):
+    from recemb.core.vertical import pad_right
+
+    batch, lengths = pad_right(ids, 0)
+    with torch.no_grad():
+        return embedder.embed_padded(batch, lengths)
+
+
+def test_gated_branches_start_as_the_identity_train_and_export_as_a_plain_mamba2(tmp_path):
+    from safetensors.torch import load_file
+
+    from recemb.core import Embedder
+
+    student = _tiny_student(tmp_path / "student", identity_branches=True)
+    probe = [[5, 9, 11, 3], [7, 3]]
+    gated = Embedder.from_pretrained(student, device="cpu", dtype="float32", backend="torch")
+    reference = _embed_ids(gated, probe)
+    assert distil.gate_branches(gated.model, seed=0) == 1  # the zero out_proj of layer 1 only
+    torch.testing.assert_close(_embed_ids(gated, probe), reference, rtol=0, atol=0)  # gates at 0: the identity
+    start = load_file(str(student / "model.safetensors"))
+    assert distil.folded_state(gated.model).keys() == start.keys()
+
+    config = distil.DistilConfig(steps=6, short_batch=4, long_batch=2, long_every=3, warmup_steps=1,
+                                 learning_rate=1e-2, gate_learning_rate=1e-1)
+    distil.train_layers(student, _texts(), tmp_path / "run", config, log=lambda *_: None)
+    shipped = load_file(str(tmp_path / "run" / "trained" / "model.safetensors"))
+    assert shipped.keys() == start.keys()  # a plain Mamba2 checkpoint: the gates are folded into out_proj
+    below = [k for k in start if not k.startswith("layers.1.")]  # base_lr_scale 0: the static sum stays as fitted
+    assert below and all(torch.equal(shipped[k], start[k]) for k in below)
+    checkpoint = torch.load(tmp_path / "run" / distil.CHECKPOINT, weights_only=False)["model"]
+    prefix = "layers.1.mixer.out_proj.parametrizations.weight."
+    gate, v = checkpoint[prefix + "0.gate"], checkpoint[prefix + "original"]
+    assert gate.abs().max() > 0  # the branch opened
+    torch.testing.assert_close(shipped["layers.1.mixer.out_proj.weight"], gate * v)
+    trained = Embedder.from_pretrained(tmp_path / "run" / "trained", device="cpu", dtype="float32", backend="torch")
+    assert not torch.allclose(_embed_ids(trained, probe), reference)

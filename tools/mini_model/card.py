@@ -44,15 +44,26 @@ def _stage3(s: dict, ly: dict) -> str:
     bands = "/".join(f"{x:.2f}" for x in s["layers"]["validation"]["long_acc_by_quarter"])
     note = (" The best validation was the start (step 0), so the start is what ships." if shipped == 0 else
             f" The weights shipped are those of step {shipped}, the best validation.")
+    below = ("the embeddings, layer 0 and the final norm frozen (the static sum stays as fitted)"
+             if not ly["base_lr_scale"] else
+             f"{ly['base_lr_scale']} × that for the embeddings, layer 0 and the final norm")
     return f"""- Stage 3, the layers: AdamW, {ly["steps"]} steps, learning rate {ly["learning_rate"]}
-  for layers 1.. and {ly["base_lr_scale"]} × that for the embeddings, layer 0 and the final norm,
+  for layers 1.. and {below},
   {ly["warmup_steps"]} warm-up steps then cosine decay; after every {ly["long_every"]}
   steps of {ly["short_batch"]} (query, passage) pairs one step of {ly["long_batch"]}
   windows of one book (up to {ly["long_max_tokens"]} tokens), each found from one of its sentences. Loss:
   cosine distance to the teacher target + {ly["contrastive_weight"]} × InfoNCE
-  (τ = {ly["temperature"]}). Checkpointed every {ly["checkpoint_seconds"]:.0f} s.
+  (τ = {ly["temperature"]}).{_gates(ly)} Checkpointed every {ly["checkpoint_seconds"]:.0f} s.
   Validation of the weights shipped: long {bands},
   STS-B dev {s["layers"]["validation"]["sts_dev"]:.1f}. The loss curve is in `training.json`.""" + note
+
+
+def _gates(ly: dict) -> str:
+    lr = ly.get("gate_learning_rate", 0.0)
+    if not lr:
+        return ""
+    return (f" Each branch of layers 1.. trains as out_proj = gate ⊙ V with a per-channel gate that starts at 0 "
+            f"(learning rate {lr}) and V random; the gates are folded into out_proj in the export.")
 
 
 def write_card(folder: str | os.PathLike, evaluation: str | None = None) -> Path:
@@ -120,7 +131,8 @@ bash scripts/install.sh train && python -m tools.mini_model --out recemb/models/
   {_static_line(s)}.
 - Stage 2, the student: transformers' Mamba2 initialisation (seed {s["seed"]}), then `pooling_init` makes layer 0
   compute exactly that sum (a token's vector norm becomes its step size dt) with the layers above set to the
-  identity (out_proj = 0: residual branches that start at zero).
+  identity (out_proj = 0: residual branches that start at zero), their heads' decays |A| set to 1e-4..1e-2 so
+  that a branch, once trained, reads the whole input rather than its last tokens.
 {_stage3(s, ly)}
 - Time on 2 CPU cores: {_minutes(s["total_seconds"])} in all{" (resumed once at least)" if s["resumed"] else ""}\
 {_reused(s)}; by

@@ -4,8 +4,14 @@ The student starts as the static sum (``pooling_init``: layer 0 sums the fitted 
 are the identity because their out_proj is zero, so they start as residual branches of zero). Two things keep
 training from undoing that start, which the sentence-transformers run did (its loss rose 0.23 → 0.38 in 50
 steps): the embeddings, layer 0 and the final norm learn at ``base_lr_scale`` × the learning rate of the layers
-above, and batches mix short (query, passage) pairs with sentence → long-window pairs from one book, so the
-layers above are asked for what a sum cannot give (a window that a sentence from anywhere in it must find).
+above (0 by default: frozen, as the static fit left them, which its own validation chose), and batches mix
+short (query, passage) pairs with sentence → long-window pairs from one book, so the layers above are asked
+for what a sum cannot give (a window that a sentence from anywhere in it must find).
+
+With ``gate_learning_rate`` > 0 each layer above 0 trains as ``out_proj.weight = gate ⊙ V`` (a per-channel gate
+that starts at 0, V random: ReZero / LayerScale): a zero out_proj under Adam moves every weight by the full
+learning rate from the first step, noise included, while a gate moves the branch only as far as its output helps.
+The gates are folded into out_proj in every saved model, so the exported checkpoint is a plain Mamba2.
 
 Checkpoints (weights, optimiser, step, the data order's seed) go to ``work/checkpoint.pt`` every
 ``checkpoint_seconds``; ``resume`` continues from the last one with the same batches in the same order."""
@@ -21,16 +27,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["DistilConfig", "TrainingTexts", "batch_plan", "train_layers"]
+__all__ = ["BranchGate", "DistilConfig", "TrainingTexts", "batch_plan", "folded_state", "gate_branches",
+           "train_layers"]
 
 CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass(frozen=True)
 class DistilConfig:
-    steps: int = 400
-    learning_rate: float = 1e-4  # layers 1..
-    base_lr_scale: float = 0.05  # embeddings, layer 0, final norm: learning_rate × this
+    steps: int = 300
+    learning_rate: float = 1e-3  # layers 1..
+    base_lr_scale: float = 0.0  # embeddings, layer 0, final norm: learning_rate × this (0: frozen)
     warmup_steps: int = 30
     weight_decay: float = 0.01
     short_batch: int = 32  # (query, passage) pairs per short step
@@ -41,7 +48,8 @@ class DistilConfig:
     temperature: float = 0.05
     contrastive_weight: float = 0.3
     checkpoint_seconds: float = 300.0
-    validate_every: int = 100  # steps between validations (and before the first step)
+    validate_every: int = 50  # steps between validations (and before the first step)
+    gate_learning_rate: float = 3e-2  # the branch gates of layers 1.. (0: no gates, out_proj trains as it is)
     seed: int = 0
 
 
@@ -87,15 +95,70 @@ def batch_plan(texts: TrainingTexts, config: DistilConfig) -> list[tuple[list[in
     return plan
 
 
+class BranchGate(torch.nn.Module):
+    """A parametrisation of out_proj.weight (d, I): gate (d, 1) ⊙ V, the gate starting at zero."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.gate = torch.nn.Parameter(torch.zeros(d, 1))
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return self.gate * v
+
+
+def gate_branches(encoder, seed: int) -> int:
+    """Put a ``BranchGate`` on the out_proj of every layer above 0 whose out_proj is zero (a branch that starts
+    as the identity, ``pooling_init``), V drawn like nn.Linear's default (seeded); return how many. The encoder's
+    function is unchanged: the gates are 0."""
+    from torch.nn.utils import parametrize
+
+    generator = torch.Generator().manual_seed(seed)
+    gated = 0
+    for layer in encoder.layers[1:]:
+        out_proj = layer.mixer.out_proj
+        if bool(out_proj.weight.any()):
+            continue
+        bound = 1 / math.sqrt(out_proj.in_features)
+        v = (torch.rand(out_proj.weight.shape, generator=generator) * 2 - 1) * bound
+        parametrize.register_parametrization(out_proj, "weight", BranchGate(out_proj.out_features))
+        with torch.no_grad():
+            out_proj.parametrizations.weight.original.copy_(v)
+        gated += 1
+    return gated
+
+
+def folded_state(encoder) -> dict[str, torch.Tensor]:
+    """The encoder's state dict with every parametrised weight as the plain tensor it computes (gate ⊙ V)."""
+    from torch.nn.utils import parametrize
+
+    state = {k: v.detach().clone() for k, v in encoder.state_dict().items() if ".parametrizations." not in k}
+    for name, module in encoder.named_modules():
+        if parametrize.is_parametrized(module, "weight"):
+            state[f"{name}.weight"] = module.weight.detach().clone()
+    return state
+
+
 def _param_groups(encoder, config: DistilConfig) -> list[dict]:
-    low, high = [], []
+    low, high, gates = [], [], []
     for name, p in encoder.named_parameters():
         if not p.requires_grad:
             continue
-        (high if name.startswith("layers.") and not name.startswith("layers.0.") else low).append(p)
+        if name.endswith(".gate"):
+            gates.append(p)
+        elif _above_layer_0(name):
+            high.append(p)
+        else:
+            low.append(p)
     low_lr = config.learning_rate * config.base_lr_scale
-    return [{"params": high, "lr": config.learning_rate, "base_lr": config.learning_rate},
-            {"params": low, "lr": low_lr, "base_lr": low_lr}]
+    groups = [{"params": high, "lr": config.learning_rate, "base_lr": config.learning_rate},
+              {"params": low, "lr": low_lr, "base_lr": low_lr},
+              {"params": gates, "lr": config.gate_learning_rate, "base_lr": config.gate_learning_rate,
+               "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def _above_layer_0(name: str) -> bool:
+    return name.startswith("layers.") and not name.startswith("layers.0.")
 
 
 def _lr_factor(step: int, config: DistilConfig) -> float:
@@ -142,12 +205,18 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
     ``validate_every`` steps; ``work/trained`` gets the weights of the best validation (step 0 = the start, so
     training that does not help ships the start). Without ``validate`` it gets the last step's weights."""
     from recemb.core import Embedder
-    from recemb.core.loading import save_encoder
+    from recemb.core.loading import load_encoder, save_encoder
 
     work.mkdir(parents=True, exist_ok=True)
     embedder = Embedder.from_pretrained(student_dir, device="cpu", dtype="float32", backend="torch")
     encoder = embedder.model
+    if config.gate_learning_rate > 0:
+        gate_branches(encoder, config.seed)
     encoder.requires_grad_(True)
+    if config.base_lr_scale == 0:  # the static sum stays exactly as fitted (and its gradients are not computed)
+        for name, p in encoder.named_parameters():
+            if not _above_layer_0(name):
+                p.requires_grad_(False)
     encoder.train()
     optimiser = torch.optim.AdamW(_param_groups(encoder, config), weight_decay=config.weight_decay)
     plan = batch_plan(texts, config)
@@ -180,7 +249,9 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
 
     def save_trained() -> None:
         best_dir.mkdir(parents=True, exist_ok=True)
-        save_encoder(encoder, best_dir)
+        plain = load_encoder(student_dir, device="cpu", dtype=torch.float32)
+        plain.load_state_dict(folded_state(encoder))
+        save_encoder(plain, best_dir)
         if embedder.tokenizer is not None:
             embedder.tokenizer.save(best_dir)
 
@@ -210,7 +281,7 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
             optimiser.zero_grad(set_to_none=True)
             loss = step_loss(embedder, texts, anchors, positives, long_step, config)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_([p for p in encoder.parameters() if p.requires_grad], 1.0)
             optimiser.step()
             window.append(loss.item())
             if (step + 1) % 25 == 0 or step + 1 == config.steps:

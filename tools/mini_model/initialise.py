@@ -26,6 +26,10 @@ POOL_DT_BIAS = -3.0  # dt ~ w * e^-3 (softplus in its exponential regime)
 POOL_DECAY = 1e-4  # |A|: dt * |A| <= 5e-6 per token, no forgetting over 100K tokens
 POOL_OUT_GAIN = 8.0
 POOL_EMBED_SCALE = 16.0
+# layers 1..: |A| for their heads. With transformers' dt init (0.001..0.1) a token decays by dt * |A| <= 1e-3, where
+# the default |A| = 1..h decays by up to ~0.8, a memory of a few tokens: at the EOS a branch would read only the
+# input's last sentence, not the whole window
+BRANCH_DECAY_RANGE = (1e-4, 1e-2)
 
 
 def student_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> Mamba2Config:
@@ -99,7 +103,8 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
       odd in s (≈ linear); B = C = SiLU(c) constant; dt = softplus(log w + dt_bias) ≈ w e^dt_bias, so token t
       enters the state with weight w_t; A ≈ 0 (no decay: a sum over the whole input); D = 0; the gate z is set
       by the EOS row, the only position read out. The gated RMSNorm only rescales the whole vector.
-    - layers 1..: out_proj = 0, so each block is the identity until training moves it.
+    - layers 1..: out_proj = 0, so each block is the identity until training moves it; |A| spread over
+      ``BRANCH_DECAY_RANGE`` (geometrically, per head), a long memory for the branches training will open.
     """
     c = encoder.config
     d, inner, h = c.hidden_size, c.intermediate_size, c.num_heads
@@ -141,8 +146,10 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
         w_out[:n_sig, :n_sig] = torch.eye(n_sig) * POOL_OUT_GAIN
         w_out[:n_sig, d:d + n_sig] = -torch.eye(n_sig) * POOL_OUT_GAIN
         mixer.out_proj.weight.copy_(w_out)
+        decays = torch.from_numpy(np.geomspace(*BRANCH_DECAY_RANGE, h).astype(np.float32))
         for layer in encoder.layers[1:]:
             layer.mixer.out_proj.weight.zero_()
+            layer.mixer.A_log.copy_(decays.log())
         encoder.norm_f.weight.fill_(1.0)
         encoder.norm_f.weight[n_sig] = 0.0  # the weight channel is not part of the embedding
 
