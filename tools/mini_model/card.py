@@ -33,10 +33,44 @@ def _reused(s: dict) -> str:
     return ", with " + ", ".join(parts) + " reused from the work folder"
 
 
+def _shape(s: dict, c: dict) -> dict:
+    """The student's layout: builds before the layout was recorded summed in layer 0."""
+    return s.get("shape") or {"hidden_size": c["hidden_size"], "layers": c["num_hidden_layers"], "pool_layer": 0}
+
+
+def _branches(shape: dict) -> str:
+    """Which layers are the branches, in words."""
+    pool = shape["pool_layer"] % shape["layers"]
+    below, above = list(range(pool)), list(range(pool + 1, shape["layers"]))
+    parts = ([f"layer{'s' * (len(below) > 1)} {', '.join(map(str, below))} below the sum (each token rewritten from "
+              "what came before it, before it is summed)"] if below else []) + \
+            ([f"layer{'s' * (len(above) > 1)} {', '.join(map(str, above))} above it (reading the running sum)"]
+             if above else [])
+    return " and ".join(parts) or "none"
+
+
+def _stage2(s: dict, c: dict) -> str:
+    shape = _shape(s, c)
+    pool = shape["pool_layer"] % shape["layers"]
+    return f"""- Stage 2, the student: transformers' Mamba2 initialisation (seed {s["seed"]}), then `pooling_init`
+  makes layer {pool} compute exactly that sum (a token's vector norm becomes its step size dt) and sets the other
+  layers to the identity (out_proj = 0: residual branches that start at zero): {_branches(shape)}. A branch below
+  the sum gets heads whose decays |A| span 1e-3..4 (a few tokens' context to a long memory), one above it
+  1e-4..1e-2, so that once trained it reads the whole input rather than its last tokens."""
+
+
+def _teacher_cache(s: dict) -> str:
+    counts = s.get("teacher_texts")
+    if not counts or not counts["cached"]:
+        return ""
+    return (f"; this build embedded {counts['embedded']:,} texts and took {counts['cached']:,} from an earlier "
+            "build's cache, so its teacher stage is shorter than a build from scratch")
+
+
 def _stage3(s: dict, ly: dict) -> str:
     if not ly["steps"]:
         v = s["layers"]["validation"]
-        return (f"- Stage 3, the layers: not trained in this build (`--layer-steps 0`): layers 1.. stay the "
+        return (f"- Stage 3, the layers: not trained in this build (`--layer-steps 0`): the branches stay the "
                 f"identity and the model is the static student (what training them does is measured in "
                 f"docs/quality.md in the repository). Validation: long "
                 f"{'/'.join(f'{x:.2f}' for x in v['long_acc_by_quarter'])}, STS-B dev {v['sts_dev']:.1f}.")
@@ -44,11 +78,11 @@ def _stage3(s: dict, ly: dict) -> str:
     bands = "/".join(f"{x:.2f}" for x in s["layers"]["validation"]["long_acc_by_quarter"])
     note = (" The best validation was the start (step 0), so the start is what ships." if shipped == 0 else
             f" The weights shipped are those of step {shipped}, the best validation.")
-    below = ("the embeddings, layer 0 and the final norm frozen (the static sum stays as fitted)"
+    below = ("the embeddings, the summing layer and the final norm frozen (the static sum stays as fitted)"
              if not ly["base_lr_scale"] else
-             f"{ly['base_lr_scale']} × that for the embeddings, layer 0 and the final norm")
+             f"{ly['base_lr_scale']} × that for the embeddings, the summing layer and the final norm")
     return f"""- Stage 3, the layers: AdamW, {ly["steps"]} steps, learning rate {ly["learning_rate"]}
-  for layers 1.. and {below},
+  for the branches and {below},
   {ly["warmup_steps"]} warm-up steps then cosine decay; after every {ly["long_every"]}
   steps of {ly["short_batch"]} (query, passage) pairs one step of {ly["long_batch"]}
   windows of one book (up to {ly["long_max_tokens"]} tokens), each found from one of its sentences. Loss:
@@ -62,7 +96,7 @@ def _gates(ly: dict) -> str:
     lr = ly.get("gate_learning_rate", 0.0)
     if not lr:
         return ""
-    return (f" Each branch of layers 1.. trains as out_proj = gate ⊙ V with a per-channel gate that starts at 0 "
+    return (f" Each branch trains as out_proj = gate ⊙ V with a per-channel gate that starts at 0 "
             f"(learning rate {lr}) and V random; the gates are folded into out_proj in the export.")
 
 
@@ -78,6 +112,10 @@ def write_card(folder: str | os.PathLike, evaluation: str | None = None) -> Path
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         n_params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())
     st, ly = s["static"]["config"], s["layers"]["config"]
+    shape = _shape(s, c)
+    projection = ("rotated onto their principal directions (uncentred; the student has the teacher's width, so "
+                  "nothing is lost)" if c["hidden_size"] >= 384 else
+                  f"projected onto their top {c['hidden_size']} principal directions (uncentred, so cosines are kept)")
     card = f"""---
 library_name: sentence-transformers
 pipeline_tag: sentence-similarity
@@ -107,18 +145,21 @@ EOS at which the embedding is taken. {c["hidden_size"]}-dimensional, L2-normalis
 
 ```bash
 bash scripts/install.sh train && python -m tools.mini_model --out recemb/models/{NAME} --seed {s["seed"]} \\
-    --layer-steps {ly["steps"]} --work WORK
+    --layer-steps {ly["steps"]} --width {shape["hidden_size"]} --layers {shape["layers"]} \\
+    --pool-layer {shape["pool_layer"]} --work WORK
 # after a stop (the layers are checkpointed every few minutes): the same command with --resume WORK
 ```
 
-- Teacher: {s["teacher"]}, max 256 tokens. Its 384-d embeddings are projected onto their top
-  {c["hidden_size"]} principal directions (uncentred, so cosines are kept) and re-normalised: these are the targets.
+- Teacher: {s["teacher"]}, max 256 tokens. Its 384-d embeddings are {projection} and re-normalised: these
+  are the targets.
   A long window's target is the mean of its teacher-embedded chunks (the teacher reads 256 tokens).
 - Data ({s["pairs"]:,} (query, passage) pairs, documents only, never an evaluation query or judgment):
   {sources}. "ir" = title → body of the documents under `shared/data/ir`; "sts" = STS-B *train* pairs scored ≥ 3;
   "book" = a sentence → the rest of its passage, from the books under `shared/data/long` except War and Peace
   (held out for the long-document test); "docstring" = a summary line → the rest of a Python standard-library
-  docstring; "manpage" = a manual page's NAME line → its DESCRIPTION. 70 % of the queries carry a random E5
+  docstring; "package_docstring" = the same from the Python packages installed on the build machine (a sample);
+  "manpage" = a manual page's NAME line → its DESCRIPTION. A docstring or manual page that contains an evaluation
+  query or STS-B test sentence is left out. 70 % of the queries carry a random E5
   retrieval instruction (`Instruct: ...\\nQuery: `); the target is the teacher's embedding of the bare query.
   Long windows: {s["long_windows"]["train"]:,} windows of 8 × 180 words from the same books (the last 15 % of each
   book is kept apart for validation: {s["long_windows"]["validation"]} windows), with their sentences of 7–40 words.
@@ -129,15 +170,12 @@ bash scripts/install.sh train && python -m tools.mini_model --out recemb/models/
   batches of {st["batch_size"]} pairs and batches of {st["long_batch"]} windows of one book,
   each found from one of its sentences. Validation (held-out windows by quarter of the window, STS-B dev):
   {_static_line(s)}.
-- Stage 2, the student: transformers' Mamba2 initialisation (seed {s["seed"]}), then `pooling_init` makes layer 0
-  compute exactly that sum (a token's vector norm becomes its step size dt) with the layers above set to the
-  identity (out_proj = 0: residual branches that start at zero), their heads' decays |A| set to 1e-4..1e-2 so
-  that a branch, once trained, reads the whole input rather than its last tokens.
+{_stage2(s, c)}
 {_stage3(s, ly)}
 - Time on 2 CPU cores: {_minutes(s["total_seconds"])} in all{" (resumed once at least)" if s["resumed"] else ""}\
 {_reused(s)}; by
   stage: {", ".join(f"{k} {_minutes(v)}" for k, v in s["stage_seconds"].items())} (the teacher's embeddings are
-  cached per text in the work folder, so a resumed or repeated run does not redo them).
+  cached per text in the work folder, so a resumed or repeated run does not redo them{_teacher_cache(s)}).
 """
     if evaluation:
         card += f"""
@@ -162,8 +200,8 @@ model = SentenceTransformer(str(recemb.core.loading.bundled_model_path("recemb-m
 ```
 
 Licence: the teacher (all-MiniLM-L6-v2) is Apache-2.0; the training text is the shared evaluation corpora's
-documents, STS-B train, public-domain books, the Python standard library's docstrings (PSF licence) and manual
-pages installed on the machine.
+documents, STS-B train, public-domain books, the Python standard library's docstrings (PSF licence), docstrings of
+the Python packages installed on the build machine (under their own licences) and its manual pages.
 """
     (folder / "README.md").write_text(card)
     return folder / "README.md"

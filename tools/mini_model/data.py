@@ -91,11 +91,19 @@ def _book_pairs(data: Path, rng: random.Random, per_book: int) -> list[tuple[str
     return out
 
 
-def _docstring_pairs() -> list[tuple[str, str, str]]:
+# folders whose Python files are not documentation: tests, vendored copies, the IDE, a removed converter
+_SKIPPED_FOLDERS = ("test", "tests", "testing", "idlelib", "lib2to3", "_vendor", "vendored", "_vendored")
+
+
+def _docstring_pairs(root: Path | None = None, source: str = "docstring") -> list[tuple[str, str, str]]:
+    """A docstring's summary line → its body, from every Python file under ``root`` (default: the standard
+    library, without site-packages); parsed with ``ast``, nothing imported."""
     out = []
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(stdlib.rglob("*.py")):
-        if any(part in ("test", "tests", "idlelib", "site-packages", "lib2to3") for part in path.parts):
+    stdlib = root is None
+    root = Path(sysconfig.get_paths()["stdlib"]) if root is None else Path(root)
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if any(part in _SKIPPED_FOLDERS for part in parts) or (stdlib and "site-packages" in parts):
             continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -110,7 +118,7 @@ def _docstring_pairs() -> list[tuple[str, str, str]]:
             summary, _, body = doc.strip().partition("\n")
             if len(summary.split()) >= 4 and len(body.split()) >= 15:
                 name = getattr(node, "name", path.stem)
-                out.append((summary.strip(), _words(f"{name}: {body}", MAX_POSITIVE_WORDS), "docstring"))
+                out.append((summary.strip(), _words(f"{name}: {body}", MAX_POSITIVE_WORDS), source))
     return out
 
 
@@ -193,22 +201,57 @@ def long_documents(data_dir: Path | None = None, chunk_words: int = LONG_CHUNK_W
     return split
 
 
+# Pairs kept per source (None: all). The IR documents are the only in-domain text for the shared collections, so
+# all of them; the installed packages' docstrings are many times the others and are sampled down.
+SOURCE_LIMITS = {"ir": None, "sts": 6500, "book": 6500, "docstring": 6500, "package_docstring": 6500,
+                 "manpage": 6500}
+
+
+def evaluation_texts(data: Path) -> list[str]:
+    """What no training text may contain: every IR query of six words or more (shorter ones could match a title by
+    chance) and every STS-B test sentence that is not also a train sentence."""
+    queries = []
+    for path in sorted(data.glob("ir/*/queries.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            queries += [q for q in (json.loads(line)["text"].strip() for line in f) if len(q.split()) >= 6]
+    sts = data / "sts" / "stsbenchmark"
+    sentences = {}
+    for split in ("train", "test"):
+        with open(sts / f"{split}.tsv", encoding="utf-8") as f:
+            next(f)
+            sentences[split] = {s for line in f for s in line.rstrip("\n").split("\t")[:2]}
+    return sorted(set(queries) | (sentences["test"] - sentences["train"]))
+
+
+def contains_any(texts: tuple[str, ...], banned: list[str]) -> bool:
+    """Whether one of ``texts`` contains one of ``banned`` (lower-cased both sides, ``banned`` given lower-cased)."""
+    return any(b in t for t in (t.lower() for t in texts) for b in banned)
+
+
 def build_pairs(data_dir: Path | None = None, seed: int = 0, books_per_title: int = 2500,
-                limit_per_source: int = 6500) -> list[dict]:
-    """Training rows {anchor, positive, instruction, source}, shuffled with ``seed``."""
+                limits: dict[str, int | None] | None = None) -> list[dict]:
+    """Training rows {anchor, positive, instruction, source}, shuffled with ``seed``; at most ``limits[source]``
+    pairs of each source (default ``SOURCE_LIMITS``). Host text (docstrings, manual pages) that contains an
+    evaluation query or STS-B test sentence is dropped (``evaluation_texts``)."""
     data = Path(data_dir) if data_dir is not None else default_data_dir()
     if not (data / "ir").is_dir():
         raise FileNotFoundError(f"{data} has no ir/ folder; set RECEMB_DATA to the shared data folder")
     rng = random.Random(seed)
+    limits = SOURCE_LIMITS if limits is None else limits
+    banned = [t.lower() for t in evaluation_texts(data)]
+    host = {"docstring", "package_docstring", "manpage"}
     sources = [_ir_pairs(data), _sts_pairs(data), _book_pairs(data, rng, books_per_title), _docstring_pairs(),
-               _manpage_pairs()]
+               _docstring_pairs(Path(sysconfig.get_paths()["purelib"]), "package_docstring"), _manpage_pairs()]
     rows, seen = [], set()
     for pairs in sources:
         rng.shuffle(pairs)
         kept = 0
         for anchor, positive, source in pairs:
             key = (anchor.lower(), positive[:200].lower())
-            if key in seen or kept >= limit_per_source:
+            limit = limits.get(source)
+            if key in seen or (limit is not None and kept >= limit):
+                continue
+            if source in host and contains_any((anchor, positive), banned):
                 continue
             seen.add(key)
             kept += 1

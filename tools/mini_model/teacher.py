@@ -34,6 +34,7 @@ class TeacherCache:
             self._vectors = saved["vectors"]
             self._index = {k: i for i, k in enumerate(saved["keys"].tolist())}
         self._model = None
+        self.embedded = 0  # texts embedded by this object (the rest of what it returned came from the file)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -63,6 +64,7 @@ class TeacherCache:
                 base = len(self._vectors)
                 self._vectors = np.concatenate([self._vectors, vecs])
                 self._index.update({k: base + i for i, k in enumerate(part)})
+                self.embedded += len(part)
                 self._save()
         return self._vectors[[self._index[k] for k in keys]]
 
