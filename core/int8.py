@@ -71,7 +71,8 @@ def row_stable_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     last bits depend on how many rows it was multiplied with (a text alone, or in a batch). In an int8 model the
     next layer's activation codes turn such last-bit differences into whole quantisation steps; with every float
     product of a mixer in fixed-size calls, a text's vector moves with its batch no more than an fp32 model's
-    (whose elementwise ops still round a tensor's tail and body differently)."""
+    (on the torch backend not at all where the test machines measured it: the SSD scan keeps its own shapes and
+    rounding apart from the batch's padding, ``recemb.kernels.ssd.combined.CHUNK_ALIGN``)."""
     x2 = x.reshape(-1, x.shape[-1])
     m, n = x2.shape[0], weight.shape[0]
     if out is None:

@@ -17,6 +17,7 @@ from recemb.kernels.ssd import (
     ssd_chunk_scan_torch,
     ssd_naive_chunked,
     ssd_naive_recurrent,
+    torch_scan_chunk_length,
 )
 from recemb.kernels.workspace import Workspace
 
@@ -36,5 +37,6 @@ __all__ = [
     "ssd_chunk_scan_torch",
     "ssd_naive_chunked",
     "ssd_naive_recurrent",
+    "torch_scan_chunk_length",
     "triton_available",
 ]

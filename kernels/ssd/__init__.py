@@ -4,7 +4,7 @@ Production: ``ssd_chunk_scan`` (dispatcher), ``ssd_chunk_scan_torch`` (CPU), the
 ``triton_combined`` (CUDA), ``prepare_dt`` (``dt.py``). References, Triton-free: ``reference.py``.
 """
 
-from recemb.kernels.ssd.combined import ssd_chunk_scan, ssd_chunk_scan_torch
+from recemb.kernels.ssd.combined import ssd_chunk_scan, ssd_chunk_scan_torch, torch_scan_chunk_length
 from recemb.kernels.ssd.dt import prepare_dt
 from recemb.kernels.ssd.reference import ssd_chunk_scan_ref, ssd_naive_chunked, ssd_naive_recurrent
 
@@ -15,4 +15,5 @@ __all__ = [
     "ssd_chunk_scan_torch",
     "ssd_naive_chunked",
     "ssd_naive_recurrent",
+    "torch_scan_chunk_length",
 ]

@@ -20,7 +20,7 @@ from recemb.kernels._backend import resolve_backend
 from recemb.kernels.ssd.dt import prepare_dt
 from recemb.kernels.workspace import Workspace, scratch
 
-__all__ = ["ssd_chunk_scan", "ssd_chunk_scan_torch"]
+__all__ = ["CHUNK_ALIGN", "ssd_chunk_scan", "ssd_chunk_scan_torch", "torch_scan_chunk_length"]
 
 
 def _check_shapes(x, dt, A, B, C, D, z, dt_bias, initial_states) -> None:
@@ -48,6 +48,20 @@ def _check_shapes(x, dt, A, B, C, D, z, dt_bias, initial_states) -> None:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
 
 
+# A short input's chunk length is rounded up to a multiple of this many tokens. Why: the same row must give the
+# same bits alone and in a batch, where it is padded to the longest row. With the chunk length taken from each
+# call's own length, the matmuls' shapes and which elements fall in the elementwise ops' scalar tails moved with
+# the padding, and so did a text's vector (docs/benchmarks.md, "Measured facts the code relies on"). 32 tokens
+# make every per-head run of q elements whole vectors of the widest vectorised loop (2 x 16 fp32 lanes).
+CHUNK_ALIGN = 32
+
+
+def torch_scan_chunk_length(l: int, chunk_size: int) -> int:
+    """The chunk length q ``ssd_chunk_scan_torch`` runs an input of l tokens with: ``chunk_size``, or for a
+    shorter input l rounded up to a multiple of CHUNK_ALIGN (the input is zero-padded to whole chunks of q)."""
+    return min(chunk_size, -(-l // CHUNK_ALIGN) * CHUNK_ALIGN)
+
+
 def ssd_chunk_scan_torch(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -71,7 +85,7 @@ def ssd_chunk_scan_torch(
     b, l, h, p = x.shape
     g, n = B.shape[2:]
     k = h // g  # heads per group
-    q = min(chunk_size, l)  # a shorter chunk changes nothing but rounding, and avoids padding tiny inputs
+    q = torch_scan_chunk_length(l, chunk_size)
     pad = (-l) % q
     c = (l + pad) // q
 
@@ -160,6 +174,17 @@ def _decay_exp_(t: torch.Tensor, upper: float | None = None) -> torch.Tensor:
     return F.threshold_(t.clamp_(min=lo, max=upper).exp_(), tiny, 0.0)
 
 
+def _decay_exp_rounded(t: torch.Tensor) -> torch.Tensor:
+    """``_decay_exp_`` of a copy of t, computed in fp64 and rounded once to t's dtype: for a tensor whose length is
+    no multiple of the vector width (one decay per head and chunk), where the vectorised body and the scalar tail
+    of an fp32 exp round differently and which elements fall in the tail depends on the batch."""
+    floor = _EXP_FLOOR.get(t.dtype)
+    if floor is None or t.dtype == torch.float64:
+        return _decay_exp_(t.clone())
+    lo, tiny = floor
+    return F.threshold_(t.double().clamp_(min=lo).exp_().to(t.dtype), tiny, 0.0)
+
+
 def _ssd_chunk_scan_inference(xp, dtp, A, Bp, Cp, q, l, D, z, initial_states, workspace):
     """The four steps of ``ssd_chunk_scan_torch`` without autograd, on inputs padded to c·q tokens (``l`` real).
 
@@ -205,7 +230,7 @@ def _ssd_chunk_scan_inference(xp, dtp, A, Bp, Cp, q, l, D, z, initial_states, wo
               out=H[1:].view(c * b * g, n, k * p))
 
     # 3. Recurrence in place: H[ci + 1] = decay_ci · H[ci] + (chunk ci's own state, already in H[ci + 1]).
-    chunk_decay = _decay_exp_(dA_cs[..., -1].clone()).permute(1, 0, 2, 3)  # (c, b, g, k)
+    chunk_decay = _decay_exp_rounded(dA_cs[..., -1]).permute(1, 0, 2, 3)  # (c, b, g, k)
     chunk_decay = chunk_decay[..., None].expand(c, b, g, k, p).reshape(c, b, g, 1, k * p)
     if initial_states is not None:
         H[0].view(b, g, n, k, p).copy_(initial_states.view(b, g, k, p, n).permute(0, 1, 4, 2, 3))

@@ -31,7 +31,9 @@ def prepare_dt(
     if dt_bias is not None:
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:
-        dt = F.softplus(dt)
+        # fp32 steps are rounded once from an fp64 softplus: torch's vectorised body and scalar tail round an fp32
+        # softplus differently, and which steps fall in the tail depends on the batch.
+        dt = F.softplus(dt.double()).to(dt.dtype) if dt.dtype == torch.float32 else F.softplus(dt)
     lo, hi = dt_limit
     if lo > 0.0 or hi != float("inf"):
         dt = dt.clamp(min=lo, max=hi)

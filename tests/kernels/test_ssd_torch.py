@@ -207,3 +207,33 @@ def test_fast_forgetting_heads_lose_nothing_to_the_cutoff():
     assert_close("states against the uncut path", s_uncut, s_cut, 1e-6)
     assert rel_err(y_ref, y_cut) <= rel_err(y_ref, y_uncut) * 1.01 + 1e-7
     assert rel_err(s_ref, s_cut) <= rel_err(s_ref, s_uncut) * 1.01 + 1e-7
+
+
+@pytest.mark.parametrize("own,padded_to", [(1, 16), (5, 16), (5, 64), (20, 40), (33, 64), (70, 100)],
+                         ids=lambda v: str(v))
+def test_a_row_gives_the_same_bits_alone_and_in_a_padded_batch(own, padded_to):
+    """A text's last vertical chunk runs alone at its own length, or in a batch right-padded to the longest row
+    (with rows after it): its outputs and final state must be the same bits either way (fp32 inference). Zero
+    steps on the padding keep the state; the chunk length and the vectorised loops must not move with it."""
+    t = {k: v.float() for k, v in random_inputs(b=3, l=padded_to, h=12, p=16, g=1, n=16, seed=5).items()}
+    kwargs = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True)
+    row = 1
+    t["dt"][row, own:] = -1e4  # steps of exactly 0 after the row's end: its state stays as it was
+    with torch.no_grad():
+        alone, state_alone = ssd_chunk_scan(
+            *(t[k][row:row + 1, :own] for k in ("x", "dt")), t["A"], *(t[k][row:row + 1, :own] for k in ("B", "C")),
+            64, backend="torch", initial_states=t["initial_states"][row:row + 1], **kwargs)
+        batch, state_batch = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 64, backend="torch",
+                                            initial_states=t["initial_states"], **kwargs)
+    assert torch.equal(alone[0], batch[row, :own]), (alone[0] - batch[row, :own]).abs().max()
+    assert torch.equal(state_alone[0], state_batch[row]), (state_alone[0] - state_batch[row]).abs().max()
+
+
+def test_softplus_steps_do_not_depend_on_their_place_in_the_tensor():
+    """The same raw step gives the same effective step at any offset of a tensor of any length (fp32)."""
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(37, generator=gen) * 3
+    alone = prepare_dt(values, dt_softplus=True)
+    for pad in (1, 3, 16, 29, 100):
+        padded = torch.cat([torch.randn(pad, generator=gen), values])
+        assert torch.equal(prepare_dt(padded, dt_softplus=True)[pad:], alone), pad

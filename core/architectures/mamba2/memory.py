@@ -35,6 +35,7 @@ import torch
 from recemb.core.architectures.descriptor import ChunkMemory
 from recemb.core.architectures.mamba2.config import Mamba2Config
 from recemb.core.architectures.mamba2.mixer import TORCH_SCAN_CHUNK_SIZE
+from recemb.kernels import torch_scan_chunk_length
 
 __all__ = ["chunk_memory", "scan_chunk_size"]
 
@@ -57,7 +58,9 @@ def chunk_memory(config: Mamba2Config, dtype: torch.dtype, rows: int, vertical_c
     d, inner, h, p, n, g, k = (c.hidden_size, c.intermediate_size, c.num_heads, c.head_dim, c.state_size,
                                c.n_groups, c.conv_kernel)
     conv, proj = c.conv_dim, c.in_proj_size
-    q = max(1, min(scan_chunk_size(c, backend, chunk_size), vertical_chunk_size))
+    q = scan_chunk_size(c, backend, chunk_size)
+    # The torch scan pads a chunk shorter than q to a multiple of CHUNK_ALIGN tokens; Triton runs it as it is.
+    q = torch_scan_chunk_length(vertical_chunk_size, q) if backend == "torch" else max(1, min(q, vertical_chunk_size))
     chunks = math.ceil(vertical_chunk_size / q)
     padded = chunks * q
     per_token = (d + proj + conv + 3 * inner + d  # workspace: rms_norm, in_proj, conv, X / y / chunk_major, out_proj
