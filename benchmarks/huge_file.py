@@ -85,12 +85,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,50", help="file sizes in MB, comma-separated (default 1,50)")
     parser.add_argument("--texts", default="single-line",
                         help=f"kinds of text, comma-separated, from {', '.join(TEXTS)} (default single-line)")
-    parser.add_argument("--passage-tokens", type=int, help="also index passages (slower: every token twice)")
+    parser.add_argument("--passage-tokens", type=int,
+                        help="passage length passed to the sync (default: the sync's own; 0: whole documents only)")
     parser.add_argument("--model", action="append",
                         help="model folder or name for `recemb sync --model` (repeatable; default: the bundled one)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "huge_file.json"))
     args = parser.parse_args()
-    extra = ["--passage-tokens", str(args.passage_tokens)] if args.passage_tokens else []
+    extra = [] if args.passage_tokens is None else ["--passage-tokens", str(args.passage_tokens)]
     models = args.model or [None]
     kinds = args.texts.split(",")
     unknown = sorted(set(kinds) - set(TEXTS))
