@@ -64,8 +64,9 @@ class FolderSources:
     @property
     def sources(self) -> list:
         """One ``DocumentSource`` per file (see ``document_sources``). Built on each access: each holds its file's
-        size as it is then, so an instance kept for a later sync does not record stale metadata."""
-        return document_sources(self.files, self.ids)
+        size as it is then, so an instance kept for a later sync does not record stale metadata. Each carries this
+        sync's root (``scope``, "" without an id prefix): a sync given them uses it, or refuses another."""
+        return document_sources(self.files, self.ids, root=self.scope or "")
 
 
 @dataclass
@@ -142,10 +143,10 @@ def file_metadata(path: Path, size: int) -> dict[str, Any]:
     return {"file_name": path.name, "suffix": path.suffix.lower(), "bytes": size, "path": str(path.absolute())}
 
 
-def document_sources(files: Iterable[Path], ids: Iterable[str]) -> list:
+def document_sources(files: Iterable[Path], ids: Iterable[str], root: str | None = None) -> list:
     """One ``recemb_integrations.qdrant.DocumentSource`` per file, under the id at the same position (as many ids as
     files): hashed on the sync's first pass (``text_fingerprint``, in pieces), read again (``read_text``) only if it
-    must be embedded."""
+    must be embedded. ``root``: the sync root they belong to ("" or "prefix/"; None: not declared)."""
     from recemb_integrations.qdrant import DocumentSource  # its module loads the model: only once a sync needs it
 
     sources = []
@@ -157,7 +158,7 @@ def document_sources(files: Iterable[Path], ids: Iterable[str]) -> list:
         metadata = file_metadata(f, size)
         f = f.absolute()  # read where the process's directory may differ (a Ray actor, `recemb sync --ray`)
         fingerprint = None if f.suffix.lower() in FORMAT_SUFFIXES else (lambda f=f: text_fingerprint(f))
-        sources.append(DocumentSource(doc_id, (lambda f=f: read_text(f)), metadata, fingerprint, size))
+        sources.append(DocumentSource(doc_id, (lambda f=f: read_text(f)), metadata, fingerprint, size, root=root))
     return sources
 
 

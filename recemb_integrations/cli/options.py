@@ -103,7 +103,9 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
         DEFAULT_PASSAGES_ABOVE,
     )
 
-    passages = parser.add_mutually_exclusive_group()
+    # Only a sync shows the passage flags; a search keeps them hidden and outside any group (argparse's usage
+    # formatter fails on a mutually exclusive group whose every member is hidden).
+    passages = parser.add_mutually_exclusive_group() if sync else parser
     passages.add_argument("--passage-tokens", type=non_negative_int, help=argparse.SUPPRESS if hidden else
                           "also index passages of this many tokens, each searchable and shown as evidence (0: "
                           f"none; default: the collection's, else {DEFAULT_PASSAGE_TOKENS})")
@@ -111,7 +113,7 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
                         "tokens shared by consecutive passages (default: the collection's, else "
                         f"{DEFAULT_PASSAGE_OVERLAP} with the default passages, 0 with --passage-tokens)")
     if sync:
-        passages.add_argument("--no-passages", dest="passage_tokens", action="store_const", const=0,
+        passages.add_argument("--no-passages", action="store_true",
                               help="index whole documents only (the same as --passage-tokens 0)")
         parser.add_argument("--passages-above", type=non_negative_int, metavar="TOKENS",
                             help="cut only documents longer than this many tokens into passages (default: the "

@@ -7,6 +7,7 @@ settings) run before the model loads, so a slip of the keyboard costs no waiting
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from contextlib import closing
 from pathlib import Path
@@ -32,16 +33,24 @@ def add_sync_command(commands) -> None:
     p.add_argument("--id-prefix", help="put PREFIX/ before every document id: the sync is then one root of the "
                                        "collection and deletes or overwrites only the documents it wrote (several "
                                        "folders in one collection)")
-    p.add_argument("--keep-missing", action="store_true", help="do not delete documents absent from PATHS")
+    p.add_argument("--keep-missing", action="store_true",
+                   help="do not delete documents absent from PATHS (always so when PATHS name only files: naming "
+                        "a file syncs that file; name the folder, or a glob, to delete what is gone)")
     p.add_argument("--allow-mass-delete", action="store_true",
-                   help="let this sync delete more than half of the collection's documents (refused otherwise)")
+                   help="let this sync delete half or more of the documents it manages (refused otherwise, at any "
+                        "size: 1 of 2, 4 of 5)")
     p.add_argument("--skip-empty", action="store_true",
                    help="leave out empty and whitespace-only files, keeping the stored version of one that was "
                         "emptied since, with a warning (default: synced, with a warning)")
     p.add_argument("--max-tokens", type=positive_int,
                    help="truncate each document to this many tokens, with a warning (default: the collection's, "
                         "else never)")
-    p.add_argument("--store-text", action="store_true", help="keep the text in the payload")
+    text = p.add_mutually_exclusive_group()
+    text.add_argument("--store-text", dest="store_text", action="store_const", const=True,
+                      help="keep each text in the collection (search shows it without the files); recorded: later "
+                           "syncs keep it (default: the collection's, else off)")
+    text.add_argument("--no-store-text", dest="store_text", action="store_const", const=False,
+                      help="do not keep the texts (search re-reads unchanged files)")
     p.add_argument("--batch-size", type=positive_int, default=64,
                    help="documents read, embedded and written together (one write request; default 64)")
     p.add_argument("--dense-only", action="store_true",
@@ -78,6 +87,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         StoreCalls,
         check_collection_name,
         choose_passages,
+        owned_ids,
         read_record,
         reconcile_settings,
         scan_documents,
@@ -99,21 +109,25 @@ def cmd_sync(args: argparse.Namespace) -> int:
         # A mistyped path must not wipe the collection through delete_missing.
         raise CommandError(f"{sources.missing[0][0]}: {sources.missing[0][1]} (nothing synced; pass --keep-missing "
                            "to sync the rest without deleting anything)")
+    # Naming files syncs those files; only a folder or a glob says "exactly these", so only they delete what is gone.
+    files_only = not args.rebuild and all(os.path.isfile(path) for path in args.paths)
     executor = _ray_executor(args)  # before the store opens: a missing extra or a bad option costs nothing
     store, where = resources.open_qdrant(args)
     with closing(store):
         record = read_record(store, args.collection)
-        requested = RequestedSettings(args.passage_tokens, args.passage_overlap, args.max_tokens,
-                                      sparse=not args.dense_only, passages_above=args.passages_above)
+        passage_tokens = 0 if args.no_passages else args.passage_tokens
+        requested = RequestedSettings(passage_tokens, args.passage_overlap, args.max_tokens,
+                                      sparse=not args.dense_only, passages_above=args.passages_above,
+                                      store_text=args.store_text)
         try:
             settings = reconcile_settings(record, requested, rebuild=args.rebuild)
         except SettingsConflict as e:
-            raise CommandError(_conflict_message(args.collection, e)) from None
+            raise CommandError(_conflict_message(args.collection, e, args)) from None
         except CollectionMismatchError as e:
             raise CommandError(str(e)) from None
         except ValueError:  # impossible passages, from the flags or from the flags with the collection's
             kept = record.settings if record is not None else None
-            tokens, overlap, _ = choose_passages(kept, args.passage_tokens, args.passage_overlap, args.passages_above)
+            tokens, overlap, _ = choose_passages(kept, passage_tokens, args.passage_overlap, args.passages_above)
             raise CommandError(f"--passage-overlap {overlap} must be smaller than --passage-tokens {tokens}") from None
         if settings.passage_tokens is None and (args.passage_overlap or args.passages_above):
             flag = "--passage-overlap" if args.passage_overlap else "--passages-above"
@@ -124,10 +138,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
             allow_mass_delete = _check_id_scheme(args, stored.documents, sources) or allow_mass_delete
         # An existing collection's own model unless one is named, as for search.
         embedder = resources.load_embedder(args, model=record.model if record else None)
-        sync = QdrantSync(store, args.collection, embedder, store_text=args.store_text, batch_size=args.batch_size,
+        sync = QdrantSync(store, args.collection, embedder, batch_size=args.batch_size,
                           index_metadata=FILE_METADATA_INDEXES, record=record, **settings.as_kwargs())
         try:
-            report = sync.sync(sources.sources, delete_missing=not args.keep_missing,
+            report = sync.sync(sources.sources, delete_missing=not (args.keep_missing or files_only),
                                allow_mass_delete=allow_mass_delete, skip_empty=args.skip_empty,
                                show_progress_bar=None if not args.json else False, rebuild=args.rebuild,
                                scope=sources.scope, executor=executor, stored=stored)
@@ -137,7 +151,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise CommandError(str(e)) from None
     report.failed = list(sources.missing) + report.failed
     report.skipped = list(sources.skipped) + report.skipped
-    data = {"collection": args.collection, "qdrant": where, "store": store.kind, **report.as_dict()}
+    # What a folder sync would have deleted, kept because only files were named: said, so it is not a surprise.
+    not_named = len(owned_ids(stored.seen, sources.scope or "") - set(sources.ids)) if files_only and stored else 0
+    data = {"collection": args.collection, "qdrant": where, "store": store.kind, **report.as_dict(),
+            "kept_not_named": not_named}
     lines = [f"{escape(args.collection)} @ {escape(where)} ({store.kind}): {report.added} added, "
              f"{report.updated} updated, {report.metadata_updated} metadata updated, {report.unchanged} unchanged, "
              f"{report.deleted} deleted, {len(report.failed)} failed ({report.embedded_tokens:,} tokens embedded in "
@@ -146,6 +163,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     lines += [f"  failed: {escape(doc_id)}: {escape_controls(err)}" for doc_id, err in report.failed]
     lines += [f"  warning: {escape(doc_id)}: {escape_controls(what)}" for doc_id, what in report.warnings]
     lines += [f"  skipped: {escape(path)}: {escape_controls(why)}" for path, why in report.skipped]
+    if not_named:
+        lines.append(f"  note: {not_named} stored documents not named here are kept (only files were named; sync "
+                     "their folder, or a glob, to delete what is gone)")
     emit(args, data, "\n".join(lines))
     return EXIT_PARTIAL if report.failed else EXIT_OK
 
@@ -208,11 +228,19 @@ FLAGS = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-ove
          "passages_above": "--passages-above", "max_tokens": "--max-tokens"}
 
 
-def _conflict_message(collection: str, conflict) -> str:
-    """A settings conflict in the command's words (its flags)."""
+def _conflict_message(collection: str, conflict, args: argparse.Namespace) -> str:
+    """A settings conflict in the command's words (the flags given)."""
+    way_on = "to use the collection's setting, sync into a new --collection, or --rebuild it"
     if conflict.key == "sparse":
         return (f"collection {collection!r} was built with BM25 vectors (hybrid); drop --dense-only, or --rebuild it "
                 "dense-only")
+    if conflict.key == "store_text":
+        built, flag = ("with --store-text", "--no-store-text") if conflict.recorded else ("without --store-text",
+                                                                                        "--store-text")
+        return f"collection {collection!r} was built {built}; drop {flag} {way_on}"
+    if conflict.key == "passage_tokens" and args.no_passages:
+        return (f"collection {collection!r} was built with passages (--passage-tokens {conflict.recorded}); drop "
+                f"--no-passages {way_on}")
     recorded = conflict.recorded if conflict.recorded is not None else "(none)"
     return (f"collection {collection!r} was built with {FLAGS[conflict.key]} {recorded}, not {conflict.requested}; "
-            "drop the flag to use the collection's setting, sync into a new --collection, or --rebuild it")
+            f"drop the flag {way_on}")

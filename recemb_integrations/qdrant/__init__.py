@@ -50,7 +50,7 @@ from recemb_integrations.qdrant.errors import (
                                                    SearchNotice,
                                                    SettingsConflict,
 )
-from recemb_integrations.qdrant.plan import MASS_DELETE_MIN_DOCUMENTS, StoredDocuments
+from recemb_integrations.qdrant.plan import MASS_DELETE_FRACTION, StoredDocuments
 from recemb_integrations.qdrant.points import (
                                                    KIND_DOCUMENT,
                                                    KIND_PASSAGE,
@@ -96,7 +96,7 @@ from recemb_integrations.qdrant.writer import DocumentWriter, Executor, LocalExe
 __all__ = [
     "CollectionMismatchError", "CollectionRecord", "DEFAULT_FUSION", "Delete", "Document", "DocumentSource",
     "DocumentWriter", "Executor", "FUSIONS", "KIND_DOCUMENT", "KIND_PASSAGE", "LAYOUT_VERSION", "LocalExecutor",
-    "MASS_DELETE_MIN_DOCUMENTS", "MAX_SEARCH_LIMIT", "META_KEY", "MassDeletionError", "NothingReadableError",
+    "MASS_DELETE_FRACTION", "MAX_SEARCH_LIMIT", "META_KEY", "MassDeletionError", "NothingReadableError",
     "PAYLOAD_INDEXES", "PassageWindows", "QdrantSync", "REBUILD_SUFFIX", "ROOT_KEY", "RRF_K", "RebuildError",
     "RequestedSettings", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "DEFAULT_PASSAGES_ABOVE",
     "choose_passages", "SEARCH_MODES",

@@ -38,6 +38,7 @@ class DocumentSource:
     metadata: dict[str, Any] = field(default_factory=dict)
     fingerprint: Callable[[], tuple[str, bool]] | None = None
     size: int = 0  # characters or bytes, where known: a hint for the progress bar
+    root: str | None = None  # the root its folder sync gives it ("" or "prefix/", ``folder_sources``); None: any
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class DocumentEntry:
     size: int
     document: Document | None = None
     source: DocumentSource | None = None
+    root: str | None = None  # the source's own root, where it declares one (``DocumentSource.root``)
 
     @property
     def text(self) -> str:
@@ -172,7 +174,8 @@ def _document_entry(item: Any, i: int, failed: list[tuple[str, str]]) -> Documen
         failed.append((f"#{i}", f"item {i} has document id {doc.id!r}; ids must be non-empty strings"))
         return None
     if not isinstance(doc.text, str):
-        failed.append((doc.id, f"text is {type(doc.text).__name__}, expected str"))
+        hint = " (decode it first, e.g. text.decode('utf-8'))" if isinstance(doc.text, (bytes, bytearray)) else ""
+        failed.append((doc.id, f"text is {type(doc.text).__name__}, expected str{hint}"))
         return None
     try:
         # As Qdrant will store and return it (tuples become lists), so an unchanged document compares equal.
@@ -208,4 +211,4 @@ def _source_entry(source: DocumentSource, i: int, failed: list[tuple[str, str]])
     except ValueError as e:
         failed.append((source.id, str(e)))
         return None
-    return DocumentEntry(source.id, metadata, digest, blank, size, source=source)
+    return DocumentEntry(source.id, metadata, digest, blank, size, source=source, root=source.root)

@@ -21,7 +21,7 @@ class SettingsConflict(CollectionMismatchError):
 
 
 class MassDeletionError(ValueError):
-    """A sync would delete more than half of the collection's documents; nothing was written."""
+    """A sync would delete half or more of the documents it manages; nothing was written."""
 
 
 class NothingReadableError(ValueError):

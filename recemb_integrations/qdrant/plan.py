@@ -12,11 +12,14 @@ from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import MassDeletionError
 from recemb_integrations.qdrant.points import foreign_id_message, owned_ids
 
-__all__ = ["MASS_DELETE_MIN_DOCUMENTS", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync", "stale_ids"]
+__all__ = ["MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync", "sources_root",
+           "stale_ids"]
 
-# A sync may delete at most this many documents, or at most half of the collection, without allow_mass_delete:
-# an empty or mistyped source must not wipe a collection, a few removed files must not need a flag.
-MASS_DELETE_MIN_DOCUMENTS = 5
+# A sync may delete less than this fraction of the documents it manages without allow_mass_delete, at any size:
+# one file named out of a folder of two, or a mistyped path into a small collection, must not empty it.
+MASS_DELETE_FRACTION = 0.5
+ALL_FAILED = ("every document given failed, so nothing was deleted (a sync deletes what is gone only when it read "
+              "what is there)")
 EMPTIED = ("; its stored version is kept (skip_empty leaves it out). Delete the file to remove it, or sync "
            "without --skip-empty to store it empty")
 
@@ -63,10 +66,10 @@ def check_empty(entries: list[DocumentEntry], skip_empty: bool
 def stale_ids(collection: str, managed: set[str], entries: list[DocumentEntry], failed: list[tuple[str, str]],
               keep_ids: Iterable[str], allow_mass_delete: bool) -> list[str]:
     """Stored document ids (``managed``: those this sync manages) absent from the sources; a MassDeletionError when
-    they are most of them."""
+    they are ``MASS_DELETE_FRACTION`` (half) of them or more (1 of 2, 2 of 4, 4 of 5, 1 of 1)."""
     source_ids = {e.id for e in entries} | {doc_id for doc_id, _ in failed} | set(keep_ids)
     stale = sorted(managed - source_ids)
-    if not allow_mass_delete and len(stale) > max(MASS_DELETE_MIN_DOCUMENTS, len(managed) / 2):
+    if stale and not allow_mass_delete and len(stale) >= MASS_DELETE_FRACTION * len(managed):
         shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
         raise MassDeletionError(
             f"this sync would delete {len(stale)} of the {len(managed)} documents it manages in collection "
@@ -75,6 +78,28 @@ def stale_ids(collection: str, managed: set[str], entries: list[DocumentEntry], 
             "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False); to keep several "
             "folders in one collection, sync each with its own --id-prefix (scope=).")
     return stale
+
+
+def sources_root(scope: str | None, declared: Iterable[str | None]) -> str:
+    """The root of a sync given ``scope`` (already a root: "" or "prefix/", or None when none was given) and the roots
+    its sources declare (``DocumentSource.root``: where ``folder_sources`` found them; None: not declared). Sources
+    of one root make the sync that root's; a scope that contradicts them, or sources of several roots, are a
+    ValueError before anything is written: a sync must never manage (and delete) a root its documents are not of."""
+    roots = sorted({r for r in declared if r is not None})
+    if len(roots) > 1:
+        raise ValueError(f"the documents come from {len(roots)} sync roots ({', '.join(map(repr, roots))}); sync each "
+                         "root on its own (each folder_sources() result with its own scope); nothing was written")
+    if not roots:
+        return scope or ""
+    if scope is not None and scope != roots[0]:
+        raise ValueError(f"the documents were found under {_root_name(roots[0])}, but the sync was given "
+                         f"scope={scope!r}; pass the sources' own scope (folder_sources(...).scope) or none; nothing "
+                         "was written")
+    return roots[0]
+
+
+def _root_name(root: str) -> str:
+    return f"the id prefix {root.rstrip('/')!r} (scope {root!r})" if root else "no id prefix (scope None)"
 
 
 def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[DocumentEntry],
@@ -90,7 +115,10 @@ def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[Docu
     kept = [e for e in left_out if e.id in existing and e.id in owned]
     warnings = [(e.id, e.describe_blank() + (EMPTIED if e in kept else "; left out (skip_empty)")) for e in left_out]
     stale: list[str] = []
-    if delete_missing:
+    all_failed = bool(foreign or failed) and not entries and not left_out
+    if delete_missing and all_failed:
+        warnings.append((f"collection {collection}", ALL_FAILED))
+    elif delete_missing:
         stale = stale_ids(collection, owned, entries, failed, [*keep_ids, *(e.id for e in kept)], allow_mass_delete)
     to_embed, metadata_updates, unstamped, unchanged = [], [], [], 0
     for entry in entries:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from recemb_integrations.qdrant.collection import read_record
 from recemb_integrations.qdrant.documents import SyncReport, read_entries
 from recemb_integrations.qdrant.errors import CollectionMismatchError, RebuildError
-from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, stale_ids
+from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, sources_root, stale_ids
 from recemb_integrations.qdrant.record import (
     MAX_COLLECTION_NAME,
     META_KEY,
@@ -42,6 +42,10 @@ def rebuild(sync: QdrantSync, documents: list, show_progress_bar: bool | None,
             skip_empty: bool, executor: Any = None, stored: StoredDocuments | None = None) -> SyncReport:
     """Rebuild ``sync``'s collection from ``documents`` with its settings (see the module's docstring). ``stored``:
     a scan of the old collection, if the caller made one."""
+    root = sources_root(None, (getattr(d, "root", None) for d in documents))
+    if root:
+        raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
+                         "(found with an id prefix); rebuild from sources without one; nothing was written")
     if finish_interrupted_rebuild(sync):  # the collection was rebuilt already: bring it up to date
         return sync.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=keep_ids,
                          allow_mass_delete=allow_mass_delete, skip_empty=skip_empty, executor=executor)

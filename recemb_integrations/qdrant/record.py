@@ -84,7 +84,8 @@ def check_passage_settings(passage_tokens: int | None, passage_overlap: int | No
 class SyncSettings:
     """What a collection records of how its points were made, besides the model: passages (``passage_tokens``
     tokens sharing ``passage_overlap``, None: none) of the documents longer than ``passages_above`` tokens,
-    truncation (``max_tokens``) and BM25 vectors (``sparse``, in ``sparse_language``). Valid by construction."""
+    truncation (``max_tokens``), BM25 vectors (``sparse``, in ``sparse_language``) and whether the points keep their
+    text (``store_text``). Valid by construction."""
 
     passage_tokens: int | None = None
     passage_overlap: int = 0
@@ -92,6 +93,7 @@ class SyncSettings:
     sparse: bool = True
     sparse_language: str = "english"
     passages_above: int = 0
+    store_text: bool = False
 
     def __post_init__(self) -> None:
         check_passage_settings(self.passage_tokens, self.passage_overlap, self.passages_above)
@@ -100,12 +102,14 @@ class SyncSettings:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
         if not isinstance(self.sparse, bool):
             raise TypeError(f"sparse must be True or False, got {self.sparse!r}")
+        if not isinstance(self.store_text, bool):
+            raise TypeError(f"store_text must be True or False, got {self.store_text!r}")
 
     def as_kwargs(self) -> dict[str, Any]:
         """As ``QdrantSync`` keyword arguments (there ``passage_tokens=0`` is no passages, None the default)."""
         return {"passage_tokens": self.passage_tokens or 0, "passage_overlap": self.passage_overlap,
                 "passages_above": self.passages_above, "max_tokens": self.max_tokens, "sparse": self.sparse,
-                "sparse_language": self.sparse_language}
+                "sparse_language": self.sparse_language, "store_text": self.store_text}
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class RequestedSettings:
     max_tokens: int | None = None
     sparse: bool = True  # False: dense-only was asked for
     passages_above: int | None = None
+    store_text: bool | None = None  # True: --store-text, False: --no-store-text
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ class CollectionRecord:
     collection: str
     data: Mapping[str, Any]
     dense_size: int | None = None  # the dense vectors' size the collection was created with, where known
+    # False when ``data`` holds what the collection's metadata lacks (read off its points, a recemb that did not
+    # record it): the next sync writes it.
+    persisted: bool = True
 
     @classmethod
     def parse(cls, metadata: Mapping[str, Any] | None, collection: str,
@@ -155,6 +163,7 @@ class CollectionRecord:
             "passage_overlap": settings.passage_overlap if settings.passage_tokens else None,
             "passages_above": settings.passages_above if settings.passage_tokens else None,
             "max_tokens": settings.max_tokens,
+            "store_text": settings.store_text,
             "layout": LAYOUT_VERSION,
             "point_roots": True,  # every point records its root, indexed
             "vectors": {"dense": DENSE_VECTOR, "sparse": SPARSE_VECTOR if settings.sparse else None},
@@ -239,6 +248,9 @@ class CollectionRecord:
         if self.settings.passages_above != expected.settings.passages_above:  # unrecorded before: 0
             problems.append(f"passages_above {self.settings.passages_above} (collection) vs "
                             f"{expected.settings.passages_above} (now)")
+        recorded_text = self.data.get("store_text")  # None: not known (an empty collection of an earlier recemb)
+        if recorded_text is not None and recorded_text != expected.data["store_text"]:
+            problems.append(f"store_text {recorded_text} (collection) vs {expected.data['store_text']} (now)")
         recorded_sparse = self.data.get("sparse")
         if self.layout >= 2 and (recorded_sparse is not None) != sparse:
             problems.append("BM25 vectors " + ("present (collection) vs dense-only (now)" if not sparse
@@ -255,7 +267,8 @@ def recorded_layout(recorded: Mapping[str, Any]) -> dict[str, Any]:
     return {"passage_tokens": tokens, "passage_overlap": recorded.get("passage_overlap") or 0 if tokens else 0,
             # a collection of a recemb that did not record it gave every document passages
             "passages_above": recorded.get("passages_above") or 0 if tokens else 0,
-            "max_tokens": recorded.get("max_tokens"), "sparse": recorded.get("sparse") is not None}
+            "max_tokens": recorded.get("max_tokens"), "sparse": recorded.get("sparse") is not None,
+            "store_text": bool(recorded.get("store_text"))}
 
 
 def layout_version(recorded: Mapping[str, Any]) -> int:
@@ -295,15 +308,18 @@ def reconcile_settings(record: CollectionRecord | None, requested: RequestedSett
                        rebuild: bool = False) -> SyncSettings:
     """The settings a sync uses: those requested where given, else the collection's (a later sync need not repeat
     them), else for a new collection the defaults (passages of ``DEFAULT_PASSAGE_TOKENS`` for documents longer than
-    ``DEFAULT_PASSAGES_ABOVE`` tokens). A requested setting that contradicts the collection is a ``SettingsConflict``
-    (a recemb 0.1 collection asked for BM25 vectors, a ``CollectionMismatchError``). A rebuild takes the requested
-    ones, and the collection's passages and truncation where none are requested. Impossible values are a ValueError."""
+    ``DEFAULT_PASSAGES_ABOVE`` tokens; no stored texts). A requested setting that contradicts the collection is a
+    ``SettingsConflict`` (a recemb 0.1 collection asked for BM25 vectors, a ``CollectionMismatchError``). A rebuild
+    takes the requested ones, and the collection's passages, truncation and stored texts where none are requested.
+    Impossible values are a ValueError."""
     if record is None or rebuild:
         kept = record.settings if record is not None else None
         tokens, overlap, above = choose_passages(kept, requested.passage_tokens, requested.passage_overlap,
                                                  requested.passages_above)
         max_tokens = requested.max_tokens if requested.max_tokens is not None or kept is None else kept.max_tokens
+        store_text = requested.store_text if requested.store_text is not None or kept is None else kept.store_text
         return SyncSettings(tokens, overlap, max_tokens, sparse=requested.sparse, passages_above=above,
+                            store_text=bool(store_text),
                             **({"sparse_language": kept.sparse_language} if kept is not None else {}))
     kept = record.settings
     given = {"passage_tokens": requested.passage_tokens, "passage_overlap": requested.passage_overlap,
@@ -322,4 +338,11 @@ def reconcile_settings(record: CollectionRecord | None, requested: RequestedSett
     if not requested.sparse and kept.sparse:
         raise SettingsConflict(f"collection {record.collection!r} was built with BM25 vectors (hybrid); sync it "
                                "hybrid, or rebuild it dense-only", "sparse", True, False)
+    recorded_text = record.data.get("store_text")  # None: not known (an empty collection of an earlier recemb)
+    if requested.store_text is not None and recorded_text is not None and requested.store_text != recorded_text:
+        raise SettingsConflict(f"collection {record.collection!r} was built with store_text={recorded_text!r}, not "
+                               f"{requested.store_text!r}; use the collection's setting, another collection, or "
+                               "rebuild it", "store_text", recorded_text, requested.store_text)
+    if recorded_text is None:
+        return replace(kept, store_text=bool(requested.store_text))
     return kept

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence, Sized
+from dataclasses import replace
 from typing import Any
 
 import recemb
@@ -15,7 +16,7 @@ from recemb_integrations.qdrant.collection import interrupted_rebuild_hint, read
 from recemb_integrations.qdrant.documents import Document, SearchHit, SyncReport, WriteOutcome, read_entries
 from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError
 from recemb_integrations.qdrant.lengths import choose_bm25_settings
-from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, plan_sync
+from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, plan_sync, sources_root
 from recemb_integrations.qdrant.points import (
     KIND_DOCUMENT,
     KIND_PASSAGE,
@@ -60,7 +61,9 @@ class QdrantSync:
         collection: collection name; created on first sync (cosine distance, size from the model).
         embedder: the recemb ``Embedder``.
         model_id: the name recorded in the collection (default: the embedder's name).
-        store_text: keep each document's text in its payload (returned by ``search``).
+        store_text: keep each document's text in its payload (returned by ``search``); None: the collection's
+            setting, or for a new collection False. Recorded in the collection like the passage settings: a sync
+            that names the other value is refused (a sync without it would drop the texts of what it re-embeds).
         passage_tokens: also store one point per passage of this many tokens (documents stay whole); 0: no
             passages; None: the collection's setting, or for a new collection ``DEFAULT_PASSAGE_TOKENS`` (128, with
             an overlap of 16, for documents longer than 512 tokens: docs/quality.md measured what they are worth).
@@ -80,7 +83,8 @@ class QdrantSync:
         record: the collection's record if the caller read it already (``read_record``), so it is not read again;
             None: read when first needed.
 
-    ``passage_tokens``, ``passage_overlap``, ``passages_above``, ``max_tokens`` and ``sparse`` are recorded in the
+    ``passage_tokens``, ``passage_overlap``, ``passages_above``, ``max_tokens``, ``sparse`` and ``store_text`` are
+    recorded in the
     collection: a sync must use the same values (or name none), a search reads them from there
     (``QdrantSync.open`` builds an instance with them;
     ``record.reconcile_settings`` fills in the ones a caller did not name). The BM25 average lengths are chosen
@@ -93,7 +97,7 @@ class QdrantSync:
         collection: str,
         embedder: Any,
         model_id: str | None = None,
-        store_text: bool = False,
+        store_text: bool | None = None,
         passage_tokens: int | None = None,
         passage_overlap: int | None = None,
         passages_above: int | None = None,
@@ -107,9 +111,11 @@ class QdrantSync:
     ):
         # Passage settings not named are the collection's (known once its record is read), else the defaults.
         self._named_passages = (passage_tokens, passage_overlap, passages_above)
+        self._named_store_text = store_text
         tokens, overlap, above = choose_passages(record.settings if record is not None else None,
                                                  *self._named_passages)
-        chosen = SyncSettings(tokens, overlap, max_tokens, sparse, sparse_language, above)  # checks them
+        chosen = SyncSettings(tokens, overlap, max_tokens, sparse, sparse_language, above,  # checks them
+                              self._store_text(record))
         for key, schema in (index_metadata or {}).items():
             if not isinstance(key, str) or not key or schema not in (KEYWORD, INTEGER):
                 raise ValueError(f"index_metadata maps metadata keys to {KEYWORD!r} or {INTEGER!r}, got "
@@ -120,7 +126,6 @@ class QdrantSync:
         self.collection = check_collection_name(collection)
         self.embedder = embedder
         self.model_id = model_id or embedder.name or "unnamed"
-        self.store_text = store_text
         self.batch_size = batch_size
         self.index_metadata = dict(index_metadata or {})
         self._use(chosen)
@@ -138,6 +143,13 @@ class QdrantSync:
         self.passages_above = settings.passages_above
         self.max_tokens, self.sparse, self.sparse_language = settings.max_tokens, settings.sparse, \
             settings.sparse_language
+        self.store_text = settings.store_text
+
+    def _store_text(self, record: CollectionRecord | None) -> bool:
+        """store_text as named, else the collection's, else (a new collection) False."""
+        if self._named_store_text is not None:
+            return self._named_store_text
+        return record.settings.store_text if record is not None else False
 
     @classmethod
     def open(cls, store: Store | Any, collection: str, embedder: Any, record: CollectionRecord | None = None,
@@ -179,7 +191,7 @@ class QdrantSync:
 
     def _settings(self) -> SyncSettings:
         return SyncSettings(self.passage_tokens, self.passage_overlap, self.max_tokens, self.sparse,
-                            self.sparse_language, self.passages_above)
+                            self.sparse_language, self.passages_above, self.store_text)
 
     def expected_metadata(self) -> dict[str, Any]:
         """The record of a collection created by this instance, before its BM25 lengths are chosen."""
@@ -228,13 +240,16 @@ class QdrantSync:
                     + f". Search it with the model it was built with ({record.model!r}).")
             kept = record.settings
             self._use(SyncSettings(kept.passage_tokens, kept.passage_overlap, kept.max_tokens, kept.sparse,
-                                   self.sparse_language, kept.passages_above))
+                                   self.sparse_language, kept.passages_above, kept.store_text))
             self.record, self._read_checked = record, True
             return
         if record.layout == 1 and self.sparse:
             raise CollectionMismatchError(legacy_hybrid_refusal(self.collection))
         tokens, overlap, above = choose_passages(record.settings, *self._named_passages)  # unnamed: the record's
-        self._use(SyncSettings(tokens, overlap, self.max_tokens, self.sparse, self.sparse_language, above))
+        store_text = self._store_text(record) if record.data.get("store_text") is not None else bool(
+            self._named_store_text)  # an empty collection of a recemb that did not record it: as named now
+        self._use(SyncSettings(tokens, overlap, self.max_tokens, self.sparse, self.sparse_language, above,
+                               store_text))
         if record.layout > LAYOUT_VERSION:
             raise CollectionMismatchError(f"collection {self.collection!r} has layout {record.layout}, newer than "
                                           f"this recemb ({recemb.__version__}) knows; upgrade recemb")
@@ -248,7 +263,11 @@ class QdrantSync:
             self.calls(self.store.create_payload_index, self.collection, f"metadata.{key}", schema)
         if not record.data.get("point_roots"):  # made before points recorded their root: index it once
             self.calls(self.store.create_payload_index, self.collection, ROOT_KEY, KEYWORD)
-            record = record.updated(point_roots=True)
+            record = replace(record.updated(point_roots=True), persisted=False)
+        if record.data.get("store_text") is None:  # recorded from now on, as this sync writes its points
+            record = replace(record.updated(store_text=self.store_text), persisted=False)
+        if not record.persisted:  # what an earlier recemb did not record, read off the points: record it once
+            record = replace(record, persisted=True)
             self.calls(self.store.update_metadata, self.collection, record.metadata())
         self.record, self._verified = record, True
 
@@ -284,8 +303,9 @@ class QdrantSync:
         stop the others; their stored versions are kept, as are those of ``keep_ids`` (sources that exist but could
         not be read). ``on_document(id, action)`` is called after each document is written.
 
-        A sync that would delete more than half of the collection's documents (and more than
-        ``MASS_DELETE_MIN_DOCUMENTS``) raises ``MassDeletionError`` before any write unless ``allow_mass_delete``.
+        A sync that would delete half or more of the documents it manages (1 of 2, 4 of 5; ``plan.stale_ids``) raises
+        ``MassDeletionError`` before any write unless ``allow_mass_delete``; one in which every document given failed
+        (unreadable, or another root's) deletes nothing, with a warning.
         Empty and whitespace-only documents are synced with a warning, or left out with ``skip_empty``: a new one is
         not stored, and one that is stored already (a file emptied since) keeps its stored version, with a warning.
         Documents cut by ``max_tokens`` are synced with a warning.
@@ -298,7 +318,9 @@ class QdrantSync:
         sync's root. Every point records the root whose sync wrote it (``""`` without a scope), and a sync deletes,
         overwrites and counts for the mass-deletion guard only its own root's documents: several roots share one
         collection, an unprefixed folder's ``wiki/x.md`` included. A document whose id is another root's is
-        reported as failed and the other root's version kept; with a scope, every id must start with it. Points of
+        reported as failed and the other root's version kept; with a scope, every id must start with it. Sources that
+        declare their root (``DocumentSource.root``, set by ``folder_sources``) make the sync that root's without a
+        scope, and a scope other than theirs is a ValueError before anything is written. Points of
         a recemb that did not record roots are judged by their ids (under the scope, and not under a longer root
         that others have recorded) and take this root when this sync finds them among its documents.
 
@@ -323,7 +345,6 @@ class QdrantSync:
                                       allow_mass_delete, skip_empty, executor, stored)
         from tqdm.auto import tqdm
 
-        root = scope_root(scope)
         start = time.perf_counter()
         report = SyncReport()
         # The first pass: ids, hashes and metadata, no text kept (a bar where there are many to read).
@@ -331,6 +352,9 @@ class QdrantSync:
         shown = show_progress_bar if show_progress_bar is not None else sized > FIRST_PASS_BAR
         entries, bad = read_entries(tqdm(documents, total=sized or None, desc=f"Reading for {self.collection}",
                                          unit="doc", leave=False, disable=not shown))
+        # Sources found by folder_sources know their root: the sync is that root's, never another's.
+        root = sources_root(scope_root(scope) if scope is not None else None,
+                            (scope_root(e.root) if e.root else e.root for e in entries))
         if root:
             bad += [(e.id, f"id is outside this sync's scope {root!r}") for e in entries if not e.id.startswith(root)]
             entries = [e for e in entries if e.id.startswith(root)]

@@ -111,11 +111,15 @@ def test_mass_deletion_guard_in_the_api(tiny_embedder):
         assert sync.count() == 10 and client.count("c", exact=True).count == 10  # not even "new" was written
         with pytest.raises(MassDeletionError):
             sync.sync([])
-        assert sync.sync(docs[:5]).deleted == 5  # half of the documents is not "more than half"
-        assert sync.sync(docs[:3]).deleted == 2  # at most a handful: no flag needed
+        with pytest.raises(MassDeletionError, match="delete 5 of the 10"):
+            sync.sync(docs[:5])  # half of them: refused at any size
+        assert sync.sync(docs[:6]).deleted == 4  # less than half: no flag needed
+        with pytest.raises(MassDeletionError, match="delete 3 of the 6"):
+            sync.sync(docs[:3])
+        assert sync.sync(docs[:4]).deleted == 2
         assert sync.sync([Document("new", "x")], delete_missing=False).added == 1
         report = sync.sync([], allow_mass_delete=True)
-        assert report.deleted == 4 and sync.count() == 0
+        assert report.deleted == 5 and sync.count() == 0
 
 
 # ---------------------------------------------------------------------- search reads the collection's settings
@@ -591,10 +595,13 @@ def test_an_unreachable_server_is_one_line(tmp_path, capsys):
 def test_nothing_readable_deletes_nothing(tmp_path, opts, capsys):
     corpus = make_corpus(tmp_path / "docs", 3)
     assert run(capsys, ["sync", str(corpus), *opts])[0] == 0
-    bad = tmp_path / "latin1.md"
+    bad = tmp_path / "elsewhere" / "latin1.md"
+    bad.parent.mkdir()
     bad.write_bytes("caf\xe9".encode("latin-1"))
-    code, _, err = run(capsys, ["sync", str(bad), *opts])
+    code, _, err = run(capsys, ["sync", str(bad.parent), *opts])
     assert code == 2 and "none of the 1 files could be read" in err and len(stored_ids(tmp_path / "store")) == 3
+    code, report, _ = run(capsys, ["sync", str(bad), *opts])  # a file named: it fails, nothing is deleted
+    assert code == 1 and report["failed"][0][0] == "latin1.md" and len(stored_ids(tmp_path / "store")) == 3
 
 
 def test_a_file_name_that_is_not_utf8_is_skipped_alone(tmp_path, opts, capsys):
@@ -606,7 +613,7 @@ def test_a_file_name_that_is_not_utf8_is_skipped_alone(tmp_path, opts, capsys):
     code, _, err = run(capsys, ["sync", str(corpus / "*.md"), *opts])  # a glob whose one match is that file
     assert code == 2 and "not valid UTF-8" in err
     (corpus / "good.md").write_text("a good name")
-    code, report, err = run(capsys, ["sync", str(corpus / "*.md"), *opts])
+    code, report, err = run(capsys, ["sync", str(corpus / "*.md"), "--keep-missing", *opts])
     assert code == 0 and report["added"] == 1 and len(report["skipped"]) == 1, err
     assert "not valid UTF-8" in report["skipped"][0][1]
 

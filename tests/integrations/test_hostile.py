@@ -53,6 +53,7 @@ def test_an_id_prefix_never_deletes_another_roots_documents(tmp_path, opts, caps
     g, m = tmp_path / "g", tmp_path / "m"
     write(g / "a" / "same.md", "the same text about owls")
     write(g / "b" / "same.md", "the same text about owls")
+    write(g / "c" / "third.md", "a third text, so one deletion is not half of the root")
     write(m / "doc00.md", "a note about tides and the moon")
     unprefixed = ["sync", str(g), *opts]
     prefixed = ["sync", str(m / "doc00.md"), "--id-prefix", "a", *opts]
@@ -73,7 +74,9 @@ def test_an_id_prefix_never_deletes_another_roots_documents(tmp_path, opts, caps
     assert_store_is(store, expected)
     (m / "doc00.md").unlink()
     write(m / "doc01.md", "another note")
-    code, report, _ = run(capsys, ["sync", str(m), "--id-prefix", "a", *opts])
+    code, _, err = run(capsys, ["sync", str(m), "--id-prefix", "a", *opts])
+    assert code == 2 and "would delete 1 of the 1 documents" in err  # the root's only document: guarded
+    code, report, _ = run(capsys, ["sync", str(m), "--id-prefix", "a", "--allow-mass-delete", *opts])
     assert code == 0 and report["deleted"] == 1 and report["added"] == 1
     del expected["a/doc00.md"]
     expected["a/doc01.md"] = "another note"
@@ -120,7 +123,7 @@ def test_scopes_in_the_api(tiny_embedder, tmp_path, store_kind):
         assert [f[0] for f in report.failed] == ["elsewhere"] and "outside this sync's scope" in report.failed[0][1]
         assert sorted(h.document_id for h in sync.search("alpha", limit=10, mode="dense")) == \
             ["wiki/a", "wiki/c", "wikipedia/b"]
-        report = sync.sync([Document("wiki/d", "epsilon")], scope="wiki/")
+        report = sync.sync([Document("wiki/d", "epsilon")], scope="wiki/", allow_mass_delete=True)  # 1 of 1
         assert report.deleted == 1 and report.added == 1  # its own wiki/c, nothing else
         for blank in ("/", "", "  ", " / "):  # an unset variable must not mean "every id"
             with pytest.raises(ValueError, match="scope"):
@@ -282,18 +285,20 @@ def test_a_stretch_no_tokenizer_rule_can_cut_is_read_no_further(tmp_path, opts, 
 def test_a_link_to_a_file_is_a_document_under_its_own_path(tmp_path, opts, capsys):
     corpus = tmp_path / "notes"
     write(corpus / "real" / "owl.md", "owls hunt at night")
+    write(corpus / "real" / "tide.md", "tides follow the moon")  # one deletion below is not half of the folder
     (corpus / "ln").mkdir()
     (corpus / "ln" / "filelink.md").symlink_to(corpus / "real" / "owl.md")
     code, report, err = run(capsys, ["sync", str(corpus), *opts])
-    assert code == 0 and report["added"] == 2 and report["skipped"] == [], err
-    assert_store_is(tmp_path / "store", {"ln/filelink.md": "owls hunt at night", "real/owl.md": "owls hunt at night"})
+    assert code == 0 and report["added"] == 3 and report["skipped"] == [], err
+    assert_store_is(tmp_path / "store", {"ln/filelink.md": "owls hunt at night", "real/owl.md": "owls hunt at night",
+                                         "real/tide.md": "tides follow the moon"})
     (corpus / "ln" / "filelink.md").unlink()
     code, report, _ = run(capsys, ["sync", str(corpus), *opts])
     assert code == 0 and report["deleted"] == 1
-    assert_store_is(tmp_path / "store", {"real/owl.md": "owls hunt at night"})
+    assert_store_is(tmp_path / "store", {"real/owl.md": "owls hunt at night", "real/tide.md": "tides follow the moon"})
     # the same file named twice by the same path is still one document
     code, report, _ = run(capsys, ["sync", str(corpus), str(corpus / "real" / "owl.md"), *opts])
-    assert code == 0 and report["unchanged"] == 1 and report["failed"] == []
+    assert code == 0 and report["unchanged"] == 2 and report["failed"] == []
 
 
 # ---------------------------------------------------------------------- 5. small crashes

@@ -251,7 +251,7 @@ def test_passages(store, embedder):
     count = store.count("docs")
     n_short = len(embedder.inner.tokenize([SAMPLE_TEXT[:60]])[0]) - 1
     assert count == 1 + len(range(0, max(n_short - 4, 1), 12))
-    sync.sync([])
+    sync.sync([], allow_mass_delete=True)  # the only document: half or more needs the flag
     assert store.count("docs") == 0
 
 
@@ -302,7 +302,7 @@ def test_transient_errors_are_retried_others_are_not(store, embedder):
     assert sync.sync(DOCS).added == 3 and flaky.calls == 3  # the batch's points in one request, tried 3 times
     bad = FlakyClient(store, "upsert", failures=1, status=400)
     with pytest.raises(Exception, match="Service Unavailable"):
-        QdrantSync(bad, "docs", embedder).sync([Document("new.txt", "x")])
+        QdrantSync(bad, "docs", embedder).sync([Document("new.txt", "x")], delete_missing=False)
     assert bad.calls == 1
 
 
