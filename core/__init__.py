@@ -10,7 +10,7 @@ and ``shared_embedder``.
 from recemb.core.architectures import ARCHITECTURES, Architecture, architecture
 from recemb.core.embedder import Embedder
 from recemb.core.encoder import ChunkRun, RecurrentEncoder
-from recemb.core.errors import CheckpointError, ConfigError
+from recemb.core.errors import CheckpointError, ConfigError, DamagedCheckpointError
 from recemb.core.loading import (
     DEFAULT_MODEL,
     detect_architecture,
@@ -32,6 +32,7 @@ __all__ = [
     "ConfigError",
     "DEFAULT_INSTRUCTION",
     "DEFAULT_MODEL",
+    "DamagedCheckpointError",
     "Embedder",
     "RecurrentEncoder",
     "TASK_INSTRUCTIONS",

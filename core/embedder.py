@@ -24,7 +24,7 @@ from recemb.core.memory import (
 )
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
-from recemb.core.threads import check_threads
+from recemb.core.threads import cap_threads, check_threads
 from recemb.core.tokenizer import TextTokenizer
 from recemb.core.vertical import (
     VerticalStream,
@@ -35,7 +35,7 @@ from recemb.core.vertical import (
 )
 from recemb.kernels import BACKENDS, resolve_backend
 
-__all__ = ["Embedder", "PROGRESS_MIN_TOKENS", "STREAM_MIN_CHARS"]
+__all__ = ["Embedder", "PROGRESS_MIN_TOKENS", "STREAM_MIN_CHARS", "check_text", "check_texts"]
 
 PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
 # Texts longer than this are tokenized in windows and embedded as a stream, one at a time: the ids of a whole
@@ -67,7 +67,8 @@ class Embedder:
             Estimated from the model's shapes (``recemb.core.memory``), so it holds on the CPU and on CUDA alike.
         threads: CPU intra-op threads: None or "auto" lets ``recemb.core.threads`` choose them per chunk from the
             chunk's size and the cores other processes leave free (``RECEMB_NUM_THREADS``, ``OMP_NUM_THREADS`` or
-            a ``torch.set_num_threads`` after import are honoured instead); an int fixes them.
+            a ``torch.set_num_threads`` after import are honoured instead); an int fixes them, at most the cores
+            this process may use (more is capped, with a ``recemb.core.threads.ThreadsCappedWarning``).
     """
 
     def __init__(
@@ -93,7 +94,8 @@ class Embedder:
         self.name = name
         self.chunk_size = _check_positive("chunk_size", chunk_size)
         self.set_context_extension(context_extension)
-        self.threads = check_threads(threads)
+        # More than the usable cores is capped, with a warning; on a GPU the CPU threads are not used.
+        self.threads = cap_threads(threads) if model.device.type == "cpu" else check_threads(threads)
         self.max_memory = None if max_memory is None else parse_bytes(max_memory)
         if self.vertical_chunk_size == AUTO and self.max_memory is None:
             raise ValueError("vertical_chunk_size='auto' picks V from a memory budget: pass max_memory too "
@@ -124,12 +126,14 @@ class Embedder:
     ) -> "Embedder":
         """Load a local folder or a Hugging Face id (resolved through the hub cache; honours HF_HUB_OFFLINE).
 
-        device: default cuda if available, else cpu. dtype: default fp32 on the CPU, the checkpoint's dtype on
-        a GPU; "auto": on the CPU bf16 where this machine measured the model's bf16 projections >= 1.2x faster than
-        fp32, else fp32 (a short probe on first load, cached per machine: ``recemb.core.autodtype``; ``recemb info``
-        shows it). bf16 on the CPU is mixed precision (``recemb.core.precision``). quantize: "int8" for int8 in_proj
-        on the CPU, per-token scales, independent of the batch (opt-in, never chosen by "auto"; docs/benchmarks.md,
-        "Low-precision CPU inference", has what it costs and gains).
+        device: default cuda if available, else cpu. dtype: a floating-point dtype or its name (an integer one is
+        refused before anything is read: int8 weights are ``quantize="int8"``); default fp32 on the CPU, the
+        checkpoint's dtype on a GPU; "auto": on the CPU bf16 where this machine measured the model's bf16
+        projections >= 1.2x faster than fp32, else fp32 (a short probe on first load, cached per machine:
+        ``recemb.core.autodtype``; ``recemb info`` shows it). bf16 on the CPU is mixed precision
+        (``recemb.core.precision``). quantize: "int8" for int8 in_proj on the CPU, per-token scales, independent of
+        the batch (opt-in, never chosen by "auto"; docs/benchmarks.md, "Low-precision CPU inference", has what it
+        costs and gains).
         tokenizer: default the model folder's own; a folder, a hub id or a TextTokenizer otherwise
         (mamba_ssm checkpoints ship none: state-spaces/mamba2-* use EleutherAI/gpt-neox-20b).
         max_memory: a budget for encoding (activations and states, not the weights), from which V is picked;
@@ -224,7 +228,8 @@ class Embedder:
             )
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
-        texts = [prompt + t for t in texts] if prompt else list(texts)
+        texts = check_texts(texts, single=False)
+        texts = [prompt + t for t in texts] if prompt else texts
         ids = self.tokenizer.encode(texts)
         limit = _check_positive("max_length", max_length) or self.max_length
         if limit is not None:
@@ -244,7 +249,7 @@ class Embedder:
     ) -> np.ndarray:
         """Embed texts: (n, dim) float32, or (dim,) for a single str. ``prompt`` is prepended verbatim."""
         single = isinstance(texts, str)
-        items = _validate_texts(texts)
+        items = check_texts(texts)
         streamed = {i for i, t in enumerate(items) if self.streams(t)}
         batched = [i for i in range(len(items)) if i not in streamed]
         ids = self.tokenize([items[i] for i in batched], prompt=prompt, max_length=max_length) if batched else []
@@ -293,8 +298,7 @@ class Embedder:
         (subtract ``len(prompt)`` for ``text``'s own). Needs a fast tokenizer (``ValueError`` otherwise)."""
         if self.tokenizer is None:
             self.tokenize([])  # the error that names the missing tokenizer
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        check_text(text)
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
         if offsets and not self.tokenizer.has_offsets:  # now, not as a TokenizationError from inside the stream
@@ -310,6 +314,7 @@ class Embedder:
                       show_progress_bar: bool | None = None) -> torch.Tensor:
         """Embed one text of any length in bounded memory: (dim,) fp32. The progress bar counts characters
         (tokenizing and embedding run interleaved); None shows it."""
+        check_text(text)
         total = None
         if self.needs_whole_length:
             with tqdm(total=len(text), disable=show_progress_bar is False, unit="char", unit_scale=True,
@@ -447,15 +452,36 @@ def _check_positive(name: str, value: int | None) -> int | None:
     return value
 
 
-def _validate_texts(texts) -> list[str]:
-    if isinstance(texts, str):
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def check_text(text, name: str = "text") -> str:
+    """``text`` if it is a str; a ``TypeError`` naming ``name`` otherwise (bytes: with the way to a str)."""
+    if isinstance(text, str):
+        return text
+    decode = f"; decode it first, e.g. {_decode(text, name)}" if isinstance(text, _BYTES) else ""
+    raise TypeError(f"{name} is {type(text).__name__}, expected str{decode}")
+
+
+def _decode(data, name: str) -> str:
+    return f"bytes({name}).decode('utf-8')" if isinstance(data, memoryview) else f"{name}.decode('utf-8')"
+
+
+def check_texts(texts, name: str = "texts", single: bool = True) -> list[str]:
+    """``texts`` as a list of str: a sequence of str, or a str alone where ``single``. A ``TypeError`` naming
+    ``name`` otherwise, before anything is iterated: bytes would iterate as ints, a str as its characters."""
+    if isinstance(texts, str) and single:
         return [texts]
-    if texts is None or isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
-        raise TypeError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
+    what = "a str or a sequence of str" if single else "a list of str"
+    if isinstance(texts, _BYTES):
+        raise TypeError(f"{name} must be {what}, got {type(texts).__name__}; decode it first, e.g. "
+                        f"{_decode(texts, name)}")
+    if texts is None or isinstance(texts, (str, dict)) or not hasattr(texts, "__iter__"):
+        one = f" (one text: pass [{name.removesuffix('s')}])" if isinstance(texts, str) else ""
+        raise TypeError(f"{name} must be {what}, got {type(texts).__name__}{one}")
     items = list(texts)
     for i, t in enumerate(items):
-        if not isinstance(t, str):
-            raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
+        check_text(t, f"{name}[{i}]")
     return items
 
 

@@ -4,23 +4,71 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import torch
 
-from recemb.core.errors import CheckpointError, ConfigError
+from recemb.core.errors import CheckpointError, ConfigError, DamagedCheckpointError
 
 __all__ = ["HF_WEIGHT_FILES", "MODEL_FOLDER_MARKERS", "check_model_destination", "check_tensor_names",
            "checkpoint_dtype", "default_dtype", "read_json", "read_weight_file", "read_weights", "write_checkpoint"]
 
 
 def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of one safetensors or torch file, on the CPU (torch files memory-mapped, weights only)."""
+    """The tensors of one safetensors or torch file, on the CPU (torch files memory-mapped, weights only).
+
+    A file cut short (an interrupted download or copy) or otherwise damaged is a ``DamagedCheckpointError`` that
+    names it, not the reader's own error."""
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(path), device="cpu")
-    return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        try:
+            return load_file(str(path), device="cpu")
+        except SafetensorError as e:
+            raise DamagedCheckpointError(_damaged(path, _safetensors_shortfall(path), str(e))) from None
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except (RuntimeError, EOFError, OSError) as e:
+        if isinstance(e, (FileNotFoundError, PermissionError)) or not _cut_torch_file(path, e):
+            raise
+        raise DamagedCheckpointError(_damaged(path, None, str(e).split(". ")[0])) from None
+
+
+def _cut_torch_file(path: Path, error: Exception) -> bool:
+    """Whether a torch file that failed to load is cut short or damaged: empty, a zip archive (torch's format since
+    1.6) whose central directory at its end is missing, or one torch's zip reader calls damaged."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        return not head or (head == b"PK\x03\x04" and not zipfile.is_zipfile(path)) or \
+            "PytorchStreamReader" in str(error)
+    except OSError:
+        return False
+
+
+def _damaged(path: Path, shortfall: str | None, reason: str) -> str:
+    size = path.stat().st_size
+    what = "it is empty" if size == 0 else \
+        f"{shortfall or f'{size:,} bytes that do not read as weights'}; {' '.join(reason.split())}"
+    return f"{path}: the weight file is truncated or damaged ({what}); download or export the model again"
+
+
+def _safetensors_shortfall(path: Path) -> str | None:
+    """"it has N of the M bytes its header describes" for a safetensors file cut short, read from its header (an
+    8-byte length, then JSON with each tensor's byte range); None where the header itself cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length)) if length < (100 << 20) else None
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, struct.error, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    expected, size = 8 + length + max(ends, default=0), path.stat().st_size
+    return f"it has {size:,} of the {expected:,} bytes its header describes" if size < expected else None
 
 
 # transformers-style weight files, in the order they are looked for

@@ -18,7 +18,7 @@ import torch
 from recemb.core.architectures import FORMATS_HELP
 from recemb.core.architectures import detect as detect_folder
 from recemb.core.encoder import RecurrentEncoder
-from recemb.core.errors import CheckpointError, ConfigError
+from recemb.core.errors import CheckpointError, ConfigError, DamagedCheckpointError
 from recemb.core.precision import (
     LOW_PRECISION,
     auto_dtype,
@@ -29,15 +29,17 @@ from recemb.core.precision import (
 )
 from recemb.core.tokenizer import TextTokenizer
 
-__all__ = ["BUNDLED_MODELS_DIR", "CheckpointError", "ConfigError", "DEFAULT_MODEL", "FORMATS_HELP",
-           "bundled_model_path", "detect_architecture", "hub_offline", "load_encoder", "load_pretrained",
-           "resolve_device", "resolve_dtype", "resolve_model_path", "save_encoder"]
+__all__ = ["BUNDLED_MODELS_DIR", "CheckpointError", "ConfigError", "DEFAULT_MODEL", "DTYPE_NAMES",
+           "DamagedCheckpointError", "FORMATS_HELP", "bundled_model_path", "detect_architecture", "hub_offline",
+           "load_encoder", "load_pretrained", "resolve_device", "resolve_dtype", "resolve_model_path", "save_encoder"]
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # Models shipped inside the package (trained by this project, see tools/mini_model in the repository).
 BUNDLED_MODELS_DIR = Path(importlib.import_module("recemb").__file__).resolve().parent / "models"
 DEFAULT_MODEL = "recemb-mamba2-mini"
+# What ``dtype`` takes: a floating-point dtype for the weights (torch's names and aliases such as "half" work too).
+DTYPE_NAMES = ("float32", "bfloat16", "float16", "auto")
 
 
 def bundled_model_path(name: str) -> Path | None:
@@ -100,13 +102,21 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
     """A torch dtype from a dtype or its name ("bfloat16", "torch.float16"); None and "auto" (resolved per device
-    and architecture by ``load_encoder``) stay as they are."""
-    if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
+    and architecture by ``load_encoder``) stay as they are. Weights are floating point: an integer dtype is refused
+    with the way to int8 weights (``quantize="int8"``), an unknown name with the names ``DTYPE_NAMES`` lists."""
+    if dtype is None or dtype == "auto":
         return dtype
-    resolved = getattr(torch, str(dtype).replace("torch.", ""), None)
+    resolved = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).replace("torch.", ""), None)
     if not isinstance(resolved, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
+        raise ValueError(f"unknown dtype {dtype!r}: expected {_dtype_choices()}")
+    if not resolved.is_floating_point:
+        raise ValueError(f"dtype {dtype!r} is not a floating-point dtype for the weights: expected "
+                         f"{_dtype_choices()}; for int8 weights pass quantize='int8' (with dtype float32 or bfloat16)")
     return resolved
+
+
+def _dtype_choices() -> str:
+    return ", ".join(DTYPE_NAMES[:-1]) + " or " + DTYPE_NAMES[-1]
 
 
 def load_pretrained(
@@ -128,8 +138,10 @@ def load_pretrained(
     tokenizer: default the model folder's own (None if it has none); a folder, a hub id or a TextTokenizer.
     """
     hub = dict(revision=revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
+    # The options are checked before anything is read or downloaded.
+    device, dtype, quantize = resolve_device(device), resolve_dtype(dtype), check_quantize(quantize)
     folder = resolve_model_path(name_or_path, **hub)
-    model = load_encoder(folder, device=resolve_device(device), dtype=resolve_dtype(dtype), quantize=quantize)
+    model = load_encoder(folder, device=device, dtype=dtype, quantize=quantize)
     if isinstance(tokenizer, TextTokenizer):
         return model, tokenizer
     if tokenizer is not None:

@@ -24,8 +24,8 @@ import torch
 
 from recemb.core.architectures.registry import architecture
 
-__all__ = ["AUTO", "AUTO_MAX_CHUNK", "ChunkPlan", "MIN_CHUNK", "format_bytes", "input_bytes", "parse_bytes",
-           "peak_activation_bytes", "plan_chunks", "weight_bytes"]
+__all__ = ["AUTO", "AUTO_MAX_CHUNK", "ChunkPlan", "MIN_CHUNK", "MemoryBudgetError", "format_bytes", "input_bytes",
+           "parse_bytes", "peak_activation_bytes", "plan_chunks", "weight_bytes"]
 
 AUTO = "auto"  # vertical_chunk_size="auto": V from the budget
 # The smallest V a budget plans, and its step: the torch SSD scan's chunk length (and RWKV-7's, xLSTM's), so a
@@ -69,12 +69,25 @@ def parse_bytes(value: int | str, name: str = "max_memory") -> int:
     return size
 
 
-def format_bytes(size: float) -> str:
-    """Bytes in binary units with one decimal, for messages: "3.2 MiB"."""
+def format_bytes(size: float, round_up: bool = False) -> str:
+    """Bytes in binary units with one decimal, for messages: "3.2 MiB". ``round_up``: the decimal rounded up, for a
+    size that must be at least ``size`` (a smallest budget to give)."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{int(size)} B"
+            value = math.ceil(size / scale * 10) / 10 if round_up else size / scale
+            return f"{value:.1f} {unit}"
+    return f"{math.ceil(size) if round_up else int(size)} B"
+
+
+class MemoryBudgetError(ValueError):
+    """A ``max_memory`` budget below what one chunk of the model needs: ``budget`` and ``needed`` (the smallest
+    budget that runs) in bytes, and the fixed ``vertical_chunk_size`` it was measured at (None: MIN_CHUNK tokens,
+    the smallest V a budget plans), and the bytes of ``needed`` that are the input's ids (``ids``)."""
+
+    def __init__(self, message: str, budget: int, needed: int, vertical_chunk_size: int | None = None,
+                 ids: int = 0):
+        super().__init__(message)
+        self.budget, self.needed, self.vertical_chunk_size, self.ids = budget, needed, vertical_chunk_size, ids
 
 
 def input_bytes(rows: int, longest: int, total_tokens: int = 0) -> int:
@@ -134,8 +147,11 @@ def plan_chunks(budget: int, peak: Callable[[int, int], int], rows: int = 1, lon
                  f"vertical_chunk_size={vertical_chunk_size} tokens")
         ids = f", {format_bytes(fixed)} of them the input's ids" if fixed >= FIXED_MARGIN else ""
         advice = "" if vertical_chunk_size is None else "; set vertical_chunk_size='auto' to pick V from the budget"
-        raise ValueError(f"max_memory={format_bytes(budget)} is below the {format_bytes(need)} one chunk of {chunk} "
-                         f"needs for this model (its layers' states included{ids}){advice}")
+        least = format_bytes(need, round_up=True).replace(" ", "")
+        raise MemoryBudgetError(f"max_memory={format_bytes(budget)} is below the {format_bytes(need)} one chunk of "
+                                f"{chunk} needs for this model (its layers' states included{ids}): the smallest "
+                                f"budget is max_memory='{least}'{advice}", budget, need, vertical_chunk_size,
+                                fixed)
     if vertical_chunk_size is not None:
         fit = _largest(lambda r: peak(r, vertical_chunk_size) + fixed <= budget, 1, rows)
         return ChunkPlan(vertical_chunk_size, fit, peak(fit, vertical_chunk_size) + fixed)

@@ -14,8 +14,10 @@ asks ``ThreadPolicy.threads_for(tokens)``:
 
 User settings win, in this order: an explicit ``threads`` option, ``RECEMB_NUM_THREADS``, ``OMP_NUM_THREADS`` or
 ``MKL_NUM_THREADS`` in the environment (torch's threads are then left as they are), and ``torch.set_num_threads``
-called after recemb was imported (a count that differs from the one seen then). ``intra_op_threads`` sets the
-chosen count for a call's chunks and restores the caller's when the call ends. GPU work is never touched.
+called after recemb was imported (a count that differs from the one seen then). A ``threads`` option or
+``RECEMB_NUM_THREADS`` above the cores this process may use is capped at them, with a ``ThreadsCappedWarning``:
+more workers than cores only wait for each other. ``intra_op_threads`` sets the chosen count for a call's chunks and
+restores the caller's when the call ends. GPU work is never touched.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,8 +35,9 @@ from pathlib import Path
 import torch
 
 __all__ = ["MIN_TOKENS_PER_THREAD", "SAMPLE_SECONDS", "THREADS_ENV", "USER_THREAD_ENVS", "CpuSample",
-    "IntraOpThreads", "ThreadPolicy", "available_cores", "busy_seconds", "cgroup_quota_cores", "check_threads",
-    "choose_threads", "intra_op_threads", "others_busy_cores", "read_cpu_sample", "thread_policy"]
+    "IntraOpThreads", "ThreadPolicy", "ThreadsCappedWarning", "available_cores", "busy_seconds", "cap_threads",
+    "cgroup_quota_cores", "check_threads", "choose_threads", "intra_op_threads", "others_busy_cores",
+    "read_cpu_sample", "thread_policy"]
 
 THREADS_ENV = "RECEMB_NUM_THREADS"
 USER_THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -49,6 +53,28 @@ def check_threads(threads) -> int | str | None:
         return threads
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be 'auto', None or a positive int, got {threads!r}")
+    return threads
+
+
+class ThreadsCappedWarning(UserWarning):
+    """A thread count above the cores this process may use, capped at them: ``asked``, ``cores`` and ``source``
+    (what set it: "threads" or the environment variable's name)."""
+
+    def __init__(self, asked: int, cores: int, source: str = "threads"):
+        super().__init__(f"{source}={asked} is more than the {cores} cores this process may use (its CPU affinity, "
+                         f"capped by a cgroup CPU quota); using {cores} threads")
+        self.asked, self.cores, self.source = asked, cores, source
+
+
+def cap_threads(threads, stacklevel: int = 2) -> int | str | None:
+    """``threads`` checked (``check_threads``), an int above the usable cores (``available_cores``, as the policy
+    read them) capped at them with a ``ThreadsCappedWarning`` (``stacklevel`` as ``warnings.warn``'s, from the
+    caller of this function)."""
+    threads = check_threads(threads)
+    cores = thread_policy().cores
+    if isinstance(threads, int) and threads > cores:
+        warnings.warn(ThreadsCappedWarning(threads, cores), stacklevel=stacklevel + 1)
+        return cores
     return threads
 
 
@@ -158,6 +184,7 @@ class ThreadPolicy:
         self._sample = read_cpu_sample()
         self._others = 0.0
         self._torch_threads_seen = torch.get_num_threads()  # what the user had when recemb was imported
+        self._warned: set[str] = set()  # RECEMB_NUM_THREADS values already warned of as capped
 
     @property
     def cores(self) -> int:
@@ -183,13 +210,19 @@ class ThreadPolicy:
         ``caller_threads``: torch's count when the call began (default: now)."""
         threads = check_threads(threads)
         if isinstance(threads, int):
-            return threads
+            return min(threads, self._cores)  # cap_threads warned where the option was given
         env = os.environ.get(THREADS_ENV, "").strip()
         if env and env != "auto":
             try:
-                return check_threads(int(env))
+                count = check_threads(int(env))
             except ValueError:
                 raise ValueError(f"{THREADS_ENV} must be 'auto' or a positive int, got {env!r}") from None
+            if count > self._cores:
+                if env not in self._warned:  # once per value, not per chunk
+                    self._warned.add(env)
+                    warnings.warn(ThreadsCappedWarning(count, self._cores, THREADS_ENV), stacklevel=2)
+                return self._cores
+            return count
         if any(os.environ.get(name, "").strip() for name in USER_THREAD_ENVS):
             return "keep"
         if (torch.get_num_threads() if caller_threads is None else caller_threads) != self._torch_threads_seen:
@@ -234,7 +267,7 @@ class IntraOpThreads:
 
     def __init__(self, device: torch.device, threads: int | str | None = None):
         self._cpu = device.type == "cpu"
-        self._threads = check_threads(threads)
+        self._threads = cap_threads(threads) if self._cpu else check_threads(threads)
         self.caller_threads = torch.get_num_threads()
 
     def apply(self, work_tokens: int) -> None:

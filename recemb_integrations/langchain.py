@@ -18,6 +18,7 @@ _embeddings = require("langchain_core.embeddings", "langchain")
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402 (langchain-core depends on pydantic 2)
 
 from recemb.core import Embedder, shared_embedder  # noqa: E402
+from recemb.core.embedder import check_text, check_texts  # noqa: E402
 from recemb.core.options import ENCODE_OPTIONS, MODEL_OPTIONS, check_options  # noqa: E402
 
 
@@ -57,10 +58,12 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
         self._embedder = shared_embedder(self.model_name, **self.model_kwargs)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._embedder.encode_documents(list(texts), **self.encode_kwargs).tolist()
+        # checked before list(): bytes would become ints, a str its characters
+        return self._embedder.encode_documents(check_texts(texts, single=False), **self.encode_kwargs).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        vectors = self._embedder.encode_queries([text], instruction=self.query_instruction, **self.encode_kwargs)
+        vectors = self._embedder.encode_queries([check_text(text)], instruction=self.query_instruction,
+                                                **self.encode_kwargs)
         return vectors[0].tolist()
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:

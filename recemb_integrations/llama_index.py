@@ -21,6 +21,7 @@ _base = require("llama_index.core.base.embeddings.base", "llama-index")
 _pydantic = require("llama_index.core.bridge.pydantic", "llama-index")
 
 from recemb.core import Embedder, shared_embedder  # noqa: E402
+from recemb.core.embedder import check_text, check_texts  # noqa: E402
 from recemb.core.options import MODEL_OPTIONS, check_options  # noqa: E402
 
 
@@ -62,14 +63,15 @@ class RecEmbEmbedding(_base.BaseEmbedding):
         return {"batch_size": self.embed_batch_size, "show_progress_bar": self.show_progress_bar}
 
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._embedder.encode_queries([query], instruction=self.query_instruction,
+        return self._embedder.encode_queries([check_text(query, "query")], instruction=self.query_instruction,
                                              **self._encode_kwargs())[0].tolist()
 
     def _get_text_embedding(self, text: str) -> list[float]:
-        return self._get_text_embeddings([text])[0]
+        return self._get_text_embeddings([check_text(text)])[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return self._embedder.encode_documents(list(texts), **self._encode_kwargs()).tolist()
+        # checked before list(): bytes would become ints, a str its characters
+        return self._embedder.encode_documents(check_texts(texts, single=False), **self._encode_kwargs()).tolist()
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         return await asyncio.to_thread(self._get_query_embedding, query)

@@ -22,6 +22,7 @@ from recemb_integrations._imports import require
 _st_modules = require("sentence_transformers.base.modules", "sentence-transformers")
 
 from recemb.core import Embedder, architecture  # noqa: E402
+from recemb.core.embedder import check_texts  # noqa: E402
 from recemb.core.files import check_model_destination  # noqa: E402
 from recemb.core.loading import hub_offline  # noqa: E402
 from recemb.core.options import HUB_OPTIONS, MODEL_OPTIONS  # noqa: E402
@@ -74,10 +75,7 @@ class RecEmbModule(_st_modules.InputModule):
         return self.embedder.tokenizer.tokenizer if self.embedder.tokenizer is not None else None
 
     def preprocess(self, inputs: list[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
-        texts = list(inputs)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"inputs[{i}] is {type(t).__name__}, expected str")
+        texts = check_texts(inputs, "inputs", single=False)
         ids = self.embedder.tokenize(texts, prompt=prompt or None, max_length=self.max_seq_length)
         input_ids, lengths = pad_right(ids, self.encoder.config.pad_token_id or 0)
         attention_mask = (torch.arange(input_ids.shape[1])[None] < lengths[:, None]).long()

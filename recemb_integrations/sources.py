@@ -7,10 +7,11 @@
     sync = QdrantSync(store, "docs", embedder, index_metadata=FILE_METADATA_INDEXES)
     report = sync.sync(found.sources, scope=found.scope)  # the collection `recemb sync docs/` builds
 
-A document id is the file's path relative to the argument it was found under, so a moved folder or another checkout
-keeps its ids (see ``FolderSources``). Files are read only when the sync asks: hashed in pieces on its first pass,
-read again only to be embedded. Search reads a file again by the path its metadata records (``read_unchanged``) to
-show the text around a hit, if the file has not changed since.
+A document id is the file's path relative to the argument it was found under, in Unicode NFC, so a moved folder or
+another checkout keeps its ids (see ``FolderSources``). Files are read only when the sync asks: hashed in pieces on
+its first pass, read again only to be embedded. Search reads a file again by the path its metadata records
+(``read_recorded``) to show the text around a hit, if the file has not changed since (else it says whether the file
+was deleted or changed).
 
 Nothing here loads a model: listing, reading and hashing files needs none. The main job's ``DocumentSource`` (whose
 module loads the model) is imported only where ``sources`` are built.
@@ -23,6 +24,7 @@ import glob
 import hashlib
 import os
 import stat
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +32,9 @@ from typing import Any
 
 from recemb_integrations.formats import DOCUMENT_SUFFIXES, FORMAT_SUFFIXES
 
-__all__ = ["FILE_METADATA_INDEXES", "VIRTUAL_FOLDERS", "FolderSources", "clean_id_prefix", "document_sources",
-           "file_metadata", "folder_sources", "read_text", "read_unchanged", "real_path", "text_fingerprint"]
+__all__ = ["FILE_METADATA_INDEXES", "VIRTUAL_FOLDERS", "FolderSources", "RecordedFile", "clean_id_prefix",
+           "document_sources", "file_metadata", "folder_sources", "read_recorded", "read_text", "read_unchanged",
+           "real_path", "text_fingerprint"]
 
 # The kernel's virtual filesystems: their files are the running system, not documents, and walking them never ends.
 VIRTUAL_FOLDERS = ("/proc", "/sys", "/dev")
@@ -47,10 +50,12 @@ class FolderSources:
     nothing, entries that are not documents.
 
     A document id is the file's path relative to the argument it was found under (the folder given, a glob's fixed
-    leading folders, a file's own folder), in / form, after ``prefix/`` where an id prefix is given: a folder that
-    moves, or another checkout of it, keeps its ids. A symbolic link to a file is a document under its own path
-    (the file it points to is another, where it is found too); a file reached twice by the same path keeps its first
-    id.
+    leading folders, a file's own folder), in / form and Unicode NFC, after ``prefix/`` where an id prefix is given:
+    a folder that moves, or another checkout of it, keeps its ids, also where the filesystem spells names
+    decomposed (NFD, as macOS's HFS+ does). The file itself is read by the path the filesystem gave; two names that
+    differ only in their normalisation are one id (the sync keeps the first, and reports the second as a duplicate).
+    A symbolic link to a file is a document under its own path (the file it points to is another, where it is found
+    too); a file reached twice by the same path keeps its first id.
 
     A sync that deletes what is gone (``delete_missing``) should not run while ``missing`` is not empty: a mistyped
     path would delete every document under it (``recemb sync`` refuses unless ``--keep-missing``)."""
@@ -83,6 +88,9 @@ def folder_sources(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[s
     """The files that ``paths`` name (files, folders recursively with document suffixes only, and globs), with
     their ids, what named nothing and what was skipped (see ``FolderSources``). A single path may be given as is.
 
+    An argument that names an existing path is that path, even where it holds glob characters (``a[1].md``, a folder
+    ``proj[v2]``); it is a pattern only where no such path exists.
+
     ``id_prefix`` puts ``prefix/`` before every id (cleaned by ``clean_id_prefix``) and makes ``scope`` that root.
 
     ``ValueError`` before anything is listed, for an empty argument (an unset shell variable must not mean "the
@@ -97,7 +105,7 @@ def folder_sources(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[s
     for spec in map(os.fspath, paths):
         if not spec.strip():
             raise ValueError("an empty path argument was given (an unset shell variable?); nothing was done")
-        if glob.has_magic(spec):
+        if glob.has_magic(spec) and not os.path.lexists(spec):  # an existing path is itself, not a pattern
             base = _glob_base(spec)
             _refuse_system_paths(spec, str(base))
             matches = sorted(glob.glob(spec, recursive=True))
@@ -117,14 +125,21 @@ def folder_sources(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[s
 
 
 def clean_id_prefix(prefix: str) -> str:
-    """An id prefix as ids carry it: surrounding whitespace and slashes removed (``" /wiki/ "`` -> ``"wiki"``).
+    """An id prefix as ids carry it: Unicode NFC, surrounding whitespace removed, its '/'-separated segments without
+    empty ones and '.' (``" /wiki/ "``, ``"./wiki"`` -> ``"wiki"``; ``"a//b"`` -> ``"a/b"``), so every spelling of
+    one prefix is one root. ``recemb_integrations.qdrant.scope_root`` applies the same rule to an API ``scope``.
 
-    ``ValueError`` when nothing is left: an empty prefix (an unset shell variable) would make the sync the root of
-    the unprefixed documents instead of its own."""
-    cleaned = prefix.strip().strip("/")
-    if not cleaned:
-        raise ValueError(f"the id prefix {prefix!r} is empty once whitespace and slashes are removed")
-    return cleaned
+    ``ValueError`` when nothing is left (an empty prefix, e.g. an unset shell variable, would make the sync the root
+    of the unprefixed documents instead of its own), and for a '..' segment (ids are names, not paths to climb)."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"the id prefix must be a str, got {type(prefix).__name__}")
+    segments = [s for s in unicodedata.normalize("NFC", prefix.strip()).split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise ValueError(f"the id prefix {prefix!r} has a '..' segment; give a plain name such as 'wiki' or "
+                         "'team/wiki'")
+    if not segments:
+        raise ValueError(f"the id prefix {prefix!r} is empty once whitespace, slashes and '.' are removed")
+    return "/".join(segments)
 
 
 def real_path(path: Path | str) -> str:
@@ -180,23 +195,48 @@ def read_text(path: Path) -> str:
     return text
 
 
-def read_unchanged(path: str | os.PathLike[str], content_hash: str) -> str | None:
-    """The text of the file at ``path`` (as ``read_text`` reads it) if its hash is still ``content_hash`` (the
-    ``content_hash`` a sync stored for it); None if it is gone, not a regular file, cannot be read or has changed.
+@dataclass(frozen=True)
+class RecordedFile:
+    """What is at the path a sync recorded for a document now: ``state`` is "unchanged" (``text`` is its text, as
+    ``read_text`` reads it), "deleted" (nothing is at the path: deleted, or moved away), "changed" (its text is not
+    the one synced) or "unreadable" (not a regular file, or it cannot be read or decoded; ``why`` says which)."""
+
+    state: str
+    text: str | None = None
+    why: str | None = None
+
+
+def read_recorded(path: str | os.PathLike[str], content_hash: str) -> RecordedFile:
+    """The file at ``path`` compared with ``content_hash`` (the ``content_hash`` a sync stored for it): its text if
+    unchanged, else whether it was deleted, changed or cannot be read (``RecordedFile``).
 
     A large UTF-8 file is hashed in pieces first (``text_fingerprint``) and read whole only if it matches."""
     path = Path(path)
     try:
         st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO put in its place would block the read forever
-            return None
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return RecordedFile("deleted")
+        return RecordedFile("unreadable", why=(e.strerror or str(e)).lower())
+    if not stat.S_ISREG(st.st_mode):  # a FIFO put in its place would block the read forever
+        return RecordedFile("unreadable", why="not a regular file")
+    try:
         if st.st_size > _READ_WHOLE_UP_TO and path.suffix.lower() not in FORMAT_SUFFIXES:
             if text_fingerprint(path)[0] != content_hash:
-                return None
+                return RecordedFile("changed")
         text = read_text(path)
-    except (OSError, ValueError):  # ValueError: not UTF-8, or a document its extractor cannot read
-        return None
-    return text if _text_hash(text) == content_hash else None
+    except OSError as e:
+        return RecordedFile("unreadable", why=(e.strerror or str(e)).lower())
+    except ValueError as e:  # not UTF-8 (any more), or a document its extractor cannot read
+        return RecordedFile("unreadable", why=str(e))
+    return RecordedFile("unchanged", text) if _text_hash(text) == content_hash else RecordedFile("changed")
+
+
+def read_unchanged(path: str | os.PathLike[str], content_hash: str) -> str | None:
+    """The text of the file at ``path`` (as ``read_text`` reads it) if its hash is still ``content_hash`` (the
+    ``content_hash`` a sync stored for it); None if it is gone, not a regular file, cannot be read or has changed
+    (``read_recorded`` says which)."""
+    return read_recorded(path, content_hash).text
 
 
 # Up to this size a file is read and hashed at once; above it, hashed in pieces before it is read.
@@ -348,10 +388,13 @@ def _glob_base(pattern: str) -> Path:
 
 
 def _relative_id(path: Path, base: Path) -> str:
+    """The id of a file found under ``base``: its relative path in / form, in NFC (one name, one id, however the
+    filesystem composes its characters)."""
     try:
-        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(base))).as_posix()
+        relative = Path(os.path.relpath(os.path.abspath(path), os.path.abspath(base))).as_posix()
     except ValueError:  # another drive (Windows): no relative path exists
-        return path.resolve().as_posix()
+        relative = path.resolve().as_posix()
+    return unicodedata.normalize("NFC", relative)
 
 
 def _utf8_name(path: Path) -> bool:

@@ -1,6 +1,7 @@
 """What ``recemb search`` shows under a hit: the original text around the passage that matched, and where it is
 (a line of a text file, a page of a PDF). The text comes from the collection where it stores texts, else from the
-file the document was synced from, if it has not changed since (its content hash still matches)."""
+file the document was synced from, if it has not changed since (its content hash still matches); where it cannot,
+the note says why: the file was deleted (or moved away), changed, or cannot be read."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from recemb_integrations.excerpts import excerpt, position
 from recemb_integrations.formats import FORMAT_SUFFIXES, ExtractionError, pdf_page_starts
-from recemb_integrations.sources import read_unchanged
+from recemb_integrations.sources import RecordedFile, read_recorded
 
 __all__ = ["Evidence", "EvidenceReader"]
 
@@ -36,7 +37,7 @@ class EvidenceReader:
 
     def __init__(self, width: int = EXCERPT_CHARS):
         self.width = width
-        self._texts: dict[tuple[str, str], str | None] = {}
+        self._files: dict[tuple[str, str], RecordedFile] = {}
         self._pages: dict[str, list[tuple[int, int]] | None] = {}
 
     def of(self, hit: Any) -> Evidence:
@@ -51,7 +52,8 @@ class EvidenceReader:
         kind = FORMAT_SUFFIXES.get(Path(path).suffix.lower(), "text") if path else _kind(hit.metadata)
         start, end = span if span is not None else (0, 0)  # no passage: the document's beginning
         text = hit.text if hit.passage is None else None  # the document's own text, where the collection keeps it
-        on_file = self._text(path, hit.content_hash) if path and hit.content_hash else None
+        recorded = self._file(path, hit.content_hash) if path and hit.content_hash else None
+        on_file = recorded.text if recorded is not None else None
         text = text if text is not None else on_file
         if text is not None:
             pages = self._page_starts(path) if kind == "PDF" and on_file is not None else None
@@ -59,16 +61,14 @@ class EvidenceReader:
         where = f"characters {start + 1:,}-{end:,}" if span is not None else None
         if passage_text is not None:  # the passage is stored, its document's text is not at hand
             return Evidence(excerpt(passage_text, 0, len(passage_text), self.width), where)
-        missing = ("its file has changed or moved since the sync" if path else
-                   "it was not synced from a file")
         return Evidence(None, where, "the text is not stored in the collection (sync with --store-text to keep it) "
-                                     f"and {missing}")
+                                     f"and {_why_not_on_file(path, recorded)}")
 
-    def _text(self, path: str, content_hash: str) -> str | None:
+    def _file(self, path: str, content_hash: str) -> RecordedFile:
         key = (path, content_hash)
-        if key not in self._texts:
-            self._texts[key] = read_unchanged(path, content_hash)
-        return self._texts[key]
+        if key not in self._files:
+            self._files[key] = read_recorded(path, content_hash)
+        return self._files[key]
 
     def _page_starts(self, path: str) -> list[tuple[int, int]] | None:
         if path not in self._pages:
@@ -83,3 +83,17 @@ def _kind(metadata: Any) -> str:
     """A document's format from its metadata when no path is recorded (a document given through the API)."""
     suffix = metadata.get("suffix") if isinstance(metadata, dict) else None
     return FORMAT_SUFFIXES.get(suffix, "text") if isinstance(suffix, str) else "text"
+
+
+def _why_not_on_file(path: str | None, recorded: RecordedFile | None) -> str:
+    """Why the synced text cannot be read from the document's file."""
+    if not path:
+        return "it was not synced from a file"
+    if recorded is None:  # no content hash recorded: the file cannot be matched with what was synced
+        return "its file cannot be matched with the synced text"
+    if recorded.state == "deleted":
+        return (f"its file was deleted since the sync (nothing is at {path}); a sync of its folder removes it from "
+                "the collection")
+    if recorded.state == "changed":
+        return "its file has changed since the sync; a sync re-embeds it"
+    return f"its file can no longer be read ({recorded.why})"

@@ -42,7 +42,7 @@ def add_migrate_command(commands) -> None:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from recemb_integrations.migrate import MigrationError, migrate_collection
     from recemb_integrations.qdrant import check_collection_name
-    from recemb_integrations.stores import StoreError, open_store
+    from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError, open_store
 
     check_collection_name(args.collection)
     if (args.to is None) == (args.to_path is None):
@@ -65,6 +65,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             target = source if same else (
                 open_store(url=args.to.strip(), api_key=os.environ.get("QDRANT_API_KEY")) if args.to
                 else open_store(path=Path(args.to_path).expanduser(), kind=args.to_store))
+        except (StoreDamagedError, StoreFullError):
+            raise  # the store is there but cannot be used: one line and exit code 1 (cli.output)
         except StoreError as e:
             raise CommandError(str(e)) from e
         with closing(target) if not same else nullcontext():

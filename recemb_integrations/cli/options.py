@@ -1,14 +1,17 @@
-"""The options several commands share, each declared once: --json, the model options, the Qdrant options, and the
-argparse types of whole numbers."""
+"""The options several commands share, each declared once: --json, the model options, the Qdrant options, the
+argparse types of whole numbers, the checks of flag values that run before anything is opened or loaded, and the
+API's errors about an option worded with its flag."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from recemb_integrations.cli.output import CommandError
 
-__all__ = ["add_json_option", "add_model_options", "add_qdrant_options", "int_at_least", "memory_size",
-           "non_negative_int", "positive_int", "refuse_blank_options", "thread_count", "vertical_chunk_size"]
+__all__ = ["add_json_option", "add_model_options", "add_qdrant_options", "check_option_values", "flag_error",
+           "int_at_least", "memory_size", "non_negative_int", "positive_int", "refuse_blank_options", "thread_count",
+           "vertical_chunk_size"]
 
 
 def int_at_least(minimum: int):
@@ -67,7 +70,8 @@ def add_model_options(parser: argparse.ArgumentParser, vertical: bool = True,
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
     parser.add_argument("--dtype", help="float32, bfloat16 or auto (measured once per machine: bf16 where its "
                                         "projections ran >= 1.2x faster than fp32; `recemb info` shows it; "
-                                        "default: fp32 on the CPU, the checkpoint's on a GPU)")
+                                        "default: fp32 on the CPU, the checkpoint's on a GPU); int8 weights are "
+                                        "--quantize int8")
     parser.add_argument("--quantize", choices=["int8"], help="int8 in_proj on the CPU, per-token scales "
                                                              "(opt-in; independent of the batch)")
     if vertical:
@@ -77,8 +81,9 @@ def add_model_options(parser: argparse.ArgumentParser, vertical: bool = True,
                             help="memory budget for encoding, beyond the loaded weights: the activations and "
                                  "states (e.g. 2GiB, 512MB); V and the rows per forward are picked to fit")
         parser.add_argument("--threads", type=thread_count, metavar="N",
-                            help="CPU threads (default auto: per chunk, from its size and the cores other processes "
-                                 "leave free; OMP_NUM_THREADS or RECEMB_NUM_THREADS are honoured)")
+                            help="CPU threads, at most the cores this process may use (more is capped, with a "
+                                 "warning; default auto: per chunk, from its size and the cores other processes leave "
+                                 "free; OMP_NUM_THREADS or RECEMB_NUM_THREADS are honoured)")
         parser.add_argument("--context-extension", choices=CONTEXT_EXTENSION_MODES,
                             help="calibrated MambaExtend / LongMamba (default auto: whatever the model folder has)")
 
@@ -130,3 +135,52 @@ def refuse_blank_options(args: argparse.Namespace) -> None:
         if isinstance(value, str) and not value.strip():
             label = name.upper() if name in positional else "--" + name.replace("_", "-")
             raise CommandError(f"{label} is empty (an unset shell variable?); nothing was done")
+
+
+# The commands whose --dtype is the weights' dtype as the model loads (train's is its own training option).
+_DTYPE_COMMANDS = ("sync", "search", "embed", "export")
+
+
+def check_option_values(args: argparse.Namespace) -> None:
+    """Flag values that argparse's types do not check, checked before anything is opened or loaded: --dtype (a
+    floating-point dtype for the weights; int8 weights are --quantize int8) and --id-prefix (cleaned as
+    ``sources.clean_id_prefix`` cleans it: a '..' segment, or nothing left, is refused in its own words)."""
+    dtype = getattr(args, "dtype", None)
+    if isinstance(dtype, str) and dtype.strip() and args.command in _DTYPE_COMMANDS:
+        import torch
+
+        from recemb.core.loading import DTYPE_NAMES, resolve_dtype
+
+        try:
+            resolve_dtype(dtype)
+        except ValueError:
+            expected = ", ".join(DTYPE_NAMES[:-1]) + " or " + DTYPE_NAMES[-1]
+            if not isinstance(getattr(torch, dtype.replace("torch.", ""), None), torch.dtype):
+                raise CommandError(f"unknown dtype {dtype!r} for --dtype: expected {expected}") from None
+            raise CommandError(f"--dtype {dtype} is not a dtype for the weights: expected {expected}; for int8 "
+                               "weights pass --quantize int8 (int8 in_proj on the CPU; --dtype then stays float32 "
+                               "or bfloat16)") from None
+    prefix = getattr(args, "id_prefix", None)
+    if isinstance(prefix, str) and prefix.strip():  # an empty one is refuse_blank_options'
+        from recemb_integrations.sources import clean_id_prefix
+
+        try:
+            clean_id_prefix(prefix)
+        except ValueError as e:
+            raise CommandError(str(e).replace("the id prefix", "--id-prefix", 1) + "; nothing was done") from None
+
+
+def flag_error(error: Exception) -> Exception:
+    """An error of the API about an option, worded with the command's flag (a ``CommandError``); any other error
+    as it is. The API's modules are looked up only where already imported: this runs on every failure."""
+    memory = sys.modules.get("recemb.core.memory")
+    if memory is not None and isinstance(error, memory.MemoryBudgetError):
+        least = memory.format_bytes(error.needed, round_up=True)  # "1.3 MiB"; the flag takes "1.3MiB"
+        V = error.vertical_chunk_size
+        chunk = f"{memory.MIN_CHUNK} tokens" if V is None else f"{V} tokens (--vertical-chunk-size {V})"
+        ids = f", {memory.format_bytes(error.ids)} of them the input's ids" if error.ids >= 1 << 20 else ""
+        advice = "" if V is None else ", or --vertical-chunk-size auto to pick V from the budget"
+        return CommandError(f"--max-memory {memory.format_bytes(error.budget)} is below the smallest budget this "
+                            f"model runs in: one chunk of {chunk} needs {least} (its layers' states included{ids}); "
+                            f"give --max-memory {least.replace(' ', '')} or more{advice}")
+    return error

@@ -1,7 +1,10 @@
 """What a command prints and the code it exits with: one place for both.
 
-Exit codes: 0 success; 1 the command ran but some documents failed (listed); 2 nothing was done (bad arguments,
-missing model, collection mismatch, storage locked by another process, ...); 130 interrupted (Ctrl-C).
+Exit codes: 0 success; 1 the command ran but could not complete: some documents failed (listed), or the store
+cannot be written or read (its disk is full, its files are damaged; one line names the store and the way on); 2
+nothing was done (bad arguments, missing model, collection mismatch, storage locked by another process, ...); 130
+interrupted (Ctrl-C); 141 the reader of the output closed the pipe (``recemb search --json | head``: ended quietly,
+as a command killed by SIGPIPE).
 
 Human-readable output escapes names and ids (``recemb_integrations.terminal``); ``--json`` prints them exactly.
 """
@@ -15,10 +18,10 @@ import sys
 
 from recemb_integrations.terminal import escape_controls
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PARTIAL", "CommandError", "emit", "error_exit",
-           "interrupted_exit"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PARTIAL", "CommandError", "emit",
+           "error_exit", "interrupted_exit"]
 
-EXIT_OK, EXIT_PARTIAL, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_PARTIAL, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
 
 
 class CommandError(Exception):
@@ -44,6 +47,11 @@ def error_exit(command: str, error: Exception) -> int | None:
     if isinstance(error, CommandError):
         print(f"recemb {command}: error: {escape_controls(str(error))}", file=sys.stderr)
         return EXIT_ERROR
+    from recemb_integrations.stores import StoreDamagedError, StoreFullError
+
+    if isinstance(error, (StoreFullError, StoreDamagedError)):
+        print(f"recemb {command}: error: {escape_controls(str(error))}", file=sys.stderr)
+        return EXIT_PARTIAL
     if type(error).__module__.startswith("qdrant_client") or type(error).__name__ in ("RpcError",
                                                                                       "_InactiveRpcError"):
         # A server that cannot be reached or refuses: retries are spent. Writes were acknowledged one by one.

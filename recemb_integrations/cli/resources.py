@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -31,24 +32,37 @@ def chosen_model(args: argparse.Namespace) -> str | None:
 def load_embedder(args: argparse.Namespace, model: str | None = None):
     """The named model, else ``model`` (a collection's recorded one), else the bundled default. Its ``name`` is
     what a collection records: an absolute path for a local folder, so a search from another folder finds it."""
-    from recemb.core import DEFAULT_MODEL, Embedder
+    from recemb.core import DEFAULT_MODEL, DamagedCheckpointError, Embedder
+    from recemb.core.memory import MemoryBudgetError
+    from recemb.core.threads import ThreadsCappedWarning
 
     recorded = model is not None and not chosen_model(args)
     model = chosen_model(args) or model or DEFAULT_MODEL
     local = Path(model).expanduser()
     name = str(local.resolve()) if local.is_dir() else model
     try:
-        embedder = Embedder.from_pretrained(name, device=args.device, dtype=getattr(args, "dtype", None),
-                                            quantize=getattr(args, "quantize", None),
-                                            vertical_chunk_size=args.vertical_chunk_size,
-                                            max_memory=getattr(args, "max_memory", None),
-                                            threads=getattr(args, "threads", None),
-                                            context_extension=getattr(args, "context_extension", None) or "auto")
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", ThreadsCappedWarning)
+            embedder = Embedder.from_pretrained(name, device=args.device, dtype=getattr(args, "dtype", None),
+                                                quantize=getattr(args, "quantize", None),
+                                                vertical_chunk_size=args.vertical_chunk_size,
+                                                max_memory=getattr(args, "max_memory", None),
+                                                threads=getattr(args, "threads", None),
+                                                context_extension=getattr(args, "context_extension", None) or "auto")
+    except (MemoryBudgetError, DamagedCheckpointError):
+        raise  # the budget, or the file, is what to fix: their own message, not "pass --model"
     except (OSError, ValueError) as e:
         if recorded:
             raise CommandError(f"the collection was built with model {model!r}, which cannot be loaded here ({e}); "
                                "pass --model") from e
         raise
+    for note in notes:
+        if isinstance(note.message, ThreadsCappedWarning):
+            capped = note.message
+            print(f"recemb {args.command}: warning: --threads {capped.asked} is more than the {capped.cores} cores "
+                  f"this process may use; using {capped.cores} threads", file=sys.stderr)
+        else:
+            warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
     return embedder
 
 
@@ -57,7 +71,7 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
     for a new folder; a folder that holds a qdrant-client local-mode store stays one; --store chooses).
 
     ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error."""
-    from recemb_integrations.stores import StoreError, detect_store_kind, open_store
+    from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError, detect_store_kind, open_store
 
     if args.qdrant_url and args.qdrant_path:
         raise CommandError("--qdrant-url and --qdrant-path name two different stores; give one")
@@ -96,6 +110,8 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
             raise CommandError(f"cannot create the store folder {path}: {e.strerror or e}") from e
     try:
         return open_store(path=path, kind=kind), str(path)
+    except (StoreDamagedError, StoreFullError):
+        raise  # the store is there but cannot be used: one line and exit code 1 (cli.output)
     except StoreError as e:
         raise CommandError(str(e)) from e
 

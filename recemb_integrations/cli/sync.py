@@ -176,8 +176,8 @@ def _id_prefix(args: argparse.Namespace) -> str | None:
         return None
     try:
         return clean_id_prefix(prefix)
-    except ValueError:
-        raise CommandError("--id-prefix is empty (an unset shell variable?); nothing was done") from None
+    except ValueError as e:
+        raise CommandError(f"--id-prefix: {e}; nothing was done") from None
 
 
 def _looks_absolute(doc_id: str) -> bool:

@@ -177,12 +177,21 @@ class PassageWindows:
 # ---------------------------------------------------------------------- roots
 def scope_root(scope: str | None) -> str:
     """The root a sync with this scope writes under: "" without one, else the prefix as whole path components
-    ending in "/" ("wiki" and "wiki/" are "wiki/"), so "wiki/" never claims "wikipedia/x"."""
+    ending in "/" ("wiki" and "wiki/" are "wiki/"), so "wiki/" never claims "wikipedia/x". Every spelling of one
+    prefix is one root: Unicode NFC, surrounding whitespace removed, empty and '.' segments dropped ("./wiki",
+    "a//b/", and a decomposed "café" give "wiki/", "a/b/", the composed "café/"), as ``sources.clean_id_prefix``
+    cleans ``--id-prefix``. A '..' segment is refused (ids are names, not paths to climb)."""
+    import unicodedata  # only this function of the module needs it
+
     if scope is None:
         return ""
-    if not isinstance(scope, str) or not scope.strip().strip("/"):
+    segments = ([s for s in unicodedata.normalize("NFC", scope.strip()).split("/") if s not in ("", ".")]
+                if isinstance(scope, str) else [])
+    if ".." in segments:
+        raise ValueError(f"scope {scope!r} has a '..' segment; give a plain id prefix such as 'wiki/'")
+    if not segments:
         raise ValueError(f"scope must be a non-empty id prefix such as 'wiki/', got {scope!r}")
-    return scope.strip().strip("/") + "/"
+    return "/".join(segments) + "/"
 
 
 def owned_ids(seen: Mapping[str, str | None], root: str) -> set[str]:

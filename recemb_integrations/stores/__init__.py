@@ -11,6 +11,11 @@ translates to its own where needed. It is deliberately small: what ``QdrantSync`
 search and migrate, and nothing else. A new store implements ``Store`` and passes ``tests/integrations/test_stores.py``
 (every sync and search test of ``test_qdrant.py`` then runs on it too).
 
+Errors: ``StoreError`` when a store cannot be opened or used as asked (in use, not a store, read-only), and two
+kinds of it that a command reports in one line with exit code 1: ``StoreFullError`` (the disk is too full for a
+step; Qdrant Edge checks before it writes, and nothing written before is lost) and ``StoreDamagedError`` (its
+files are damaged; the message names the file and the way to recover).
+
     from recemb_integrations.stores import open_store
     store = open_store(path="./recemb-store")        # Qdrant Edge (or a local-mode folder it finds there)
     store = open_store(url="http://localhost:6333")  # a server
@@ -34,6 +39,16 @@ KEYWORD, INTEGER = "keyword", "integer"  # payload index types
 
 class StoreError(RuntimeError):
     """A store cannot be opened or used as asked (in use by another process, not a store, missing extra...)."""
+
+
+class StoreFullError(StoreError):
+    """The disk under an embedded store has too little free space to write (checked before writing, or reported by
+    the engine). Nothing written before is lost: the same command completes once space is freed."""
+
+
+class StoreDamagedError(StoreError):
+    """An embedded store's files are damaged (corrupt, truncated or missing): the message names the file and the way
+    to recover."""
 
 
 @dataclass
@@ -195,7 +210,10 @@ def detect_store_kind(path: str | os.PathLike) -> str | None:
 def open_store(url: str | None = None, path: str | os.PathLike | None = None, kind: str = "auto",
                api_key: str | None = None, timeout: int = 60) -> Store:
     """A server's store (``url``), or the embedded store in folder ``path``: ``kind`` "edge" or "local", or "auto"
-    for whatever the folder holds (Qdrant Edge for a new folder)."""
+    for whatever the folder holds (Qdrant Edge for a new folder).
+
+    A store in use by another process, or one that is not a store, raises ``StoreError``; one whose files are
+    damaged, or whose disk is too full to open it, raises ``StoreDamagedError`` / ``StoreFullError``."""
     if (url is None) == (path is None):
         raise ValueError("give a url (a Qdrant server) or a path (an embedded store), not both or neither")
     if url is not None:
@@ -226,4 +244,5 @@ def _describe(kind: str) -> str:
 
 
 __all__ = ["CollectionInfo", "DENSE_VECTOR", "INTEGER", "KEYWORD", "SPARSE_VECTOR", "STORE_KINDS", "SearchRequest",
-           "Store", "StoreError", "StoredPoint", "as_store", "detect_store_kind", "open_store"]
+           "Store", "StoreDamagedError", "StoreError", "StoreFullError", "StoredPoint", "as_store", "detect_store_kind",
+           "open_store"]

@@ -5,8 +5,9 @@ Layout of a store folder::
     recemb-edge.json               marks the folder as a recemb Edge store
     .lock                          held (flock) while a process has the store open: one process at a time
     collections/<name>/shard/      the collection's Edge shard (segments, write-ahead log)
-    collections/<name>/collection.json   its name, vector layout and recemb metadata (Edge has no collection
-                                   metadata); written atomically, after the shard: a collection exists once it is
+    collections/<name>/collection.json   its name, vector layout, recemb metadata (Edge has no collection metadata)
+                                   and the number of points it held when last closed; written atomically, after the
+                                   shard: a collection exists once it is
 
 Edge is beta and differs from a server in ways this adapter hides, so ``QdrantSync`` sees the same behaviour on
 every store (../shared/reference/qdrant-hybrid-and-edge.md):
@@ -23,18 +24,32 @@ every store (../shared/reference/qdrant-hybrid-and-edge.md):
   planner, which is faster there at full recall (index-aware HNSW links or an exact search of the matches);
 - a killed ``optimize()`` leaves ``temp_segments`` behind: cleaned when a shard is opened (the store lock says
   nobody else has it open);
+- it maps its files into memory, so a write into a full disk kills the process (SIGBUS) instead of failing, and on
+  tmpfs so does reading a part of a file never written: the free space is checked before every write and every
+  opening of a shard (``StoreFullError``), and its own reports of a full disk are the same error;
+- it writes to a shard's files when it opens them, even to search: a store on a read-only filesystem is refused
+  with the way on (copy it to a writable folder);
+- damage (a corrupt or truncated file, a lost segment, vectors zeroed) is reported, never searched around
+  (``StoreDamagedError``, naming the file or the collection's folder and the way to recover): the engine's errors
+  when it opens or reads a shard, a point count that differs from the one recorded when the collection was last
+  closed, points without the dense vector every point carries, and a dense vector that is not unit length (Edge
+  normalises every vector it stores for cosine);
 - its own types: filters arrive as ``qdrant_client.models.Filter`` and are translated.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,12 +64,15 @@ from recemb_integrations.stores import (
     CollectionInfo,
     SearchRequest,
     Store,
+    StoreDamagedError,
     StoredPoint,
     StoreError,
+    StoreFullError,
 )
 
 __all__ = ["COLLECTION_FILE", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN", "GROUP_FUSE_ALL_BELOW", "HNSW_EF",
-    "OPTIMIZE_AFTER_POINTS", "STORE_FORMAT"]
+           "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS", "OPTIMIZE_SPACE_FACTOR", "SPACE_FLOOR", "STORE_FORMAT",
+           "WRITE_SPACE_FACTOR"]
 
 EDGE_MARKER = "recemb-edge.json"
 STORE_FORMAT = 1
@@ -63,8 +81,19 @@ OPTIMIZE_AFTER_POINTS = 10_000  # points written since opening that make ``optim
 HNSW_EF = 512  # search-time HNSW beam: recall against latency per value in docs/benchmarks.md (stores at scale)
 GROUP_FETCH_MIN = 64  # points fetched at least to fill a page of groups
 GROUP_FUSE_ALL_BELOW = 2048  # collections up to this many points fuse all of them in a grouped hybrid search
+# Free space a step leaves untouched beyond what it writes itself, checked before it starts (Edge's memory maps make a
+# full disk a SIGBUS): the fixed costs (a new collection's files, a vector chunk or WAL segment a write starts) with
+# room to spare. The measurements behind these numbers: docs/benchmarks.md, "Free space Qdrant Edge needs".
+SPACE_FLOOR = 64 << 20
+WRITE_SPACE_FACTOR = 3  # an upsert's bytes go to the write-ahead log, the segment and its payload indexes
+OPTIMIZE_SPACE_FACTOR = 2  # an optimize writes the segments it merges anew beside them (Edge checks too)
+INDEX_SPACE_PER_POINT = 64  # what a new payload index takes per point
+VECTOR_SAMPLE = 16  # points whose dense vectors are checked when a shard is opened
+UNIT_TOLERANCE = 1e-3  # |norm² - 1| of a stored dense vector; float32 normalisation is within 1e-6
 # Booleans as stored in payloads (see the module docstring); NUL-led so no real text collides with them.
 _TRUE, _FALSE = "\x00recemb:true", "\x00recemb:false"
+_RECOVER = ("delete its folder {folder} and sync it again from its source folder (`recemb sync PATHS`), or restore "
+            "the store from a backup")
 
 
 def _edge():
@@ -72,7 +101,11 @@ def _edge():
 
 
 class EdgeStore(Store):
-    """A folder of Qdrant Edge collections, opened by one process at a time."""
+    """A folder of Qdrant Edge collections, opened by one process at a time.
+
+    Raises ``StoreError`` for a folder that is not a store, in use or read-only, ``StoreDamagedError`` for damaged
+    files (when opened, or later when a collection's files are read) and ``StoreFullError`` when the disk has too
+    little free space for a step (checked before it; nothing written before is lost)."""
 
     kind = "edge"
 
@@ -87,14 +120,24 @@ class EdgeStore(Store):
         if self.root.is_dir() and not marker.is_file() and any(self.root.iterdir()):
             raise StoreError(f"{self.root} holds other files but no recemb store; give a new or empty folder (a store "
                              "writes its own files there)")
+        if self.root.is_dir() and (why := _not_writable(self.root)):
+            raise StoreError(f"the embedded store at {self._where} cannot be opened here: {why}, and Qdrant Edge "
+                             "writes to a collection's files when it opens them, even to search; copy the store to a "
+                             "folder you can write and give that folder (--qdrant-path)")
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _lock(self.root / ".lock")
+        self._lock_file = _lock(self.root / ".lock", self._where)
+        self._memory_backed = _memory_backed(self.root)
         if not marker.is_file():
-            _write_json(marker, {"format": STORE_FORMAT, "engine": "qdrant-edge"})
-        elif json.loads(marker.read_text()).get("format", 0) > STORE_FORMAT:
-            self.close()
-            raise StoreError(f"{self.root} was written by a newer recemb (store format "
-                             f"{json.loads(marker.read_text())['format']}); upgrade recemb")
+            try:
+                self._write_file(marker, {"format": STORE_FORMAT, "engine": "qdrant-edge"}, "creating the store")
+            except BaseException:
+                self.close()
+                raise
+        else:
+            found = self._read_marker(marker)
+            if found > STORE_FORMAT:
+                self.close()
+                raise StoreError(f"{self.root} was written by a newer recemb (store format {found}); upgrade recemb")
         self._collections = self.root / "collections"
         self._collections.mkdir(exist_ok=True)
         for leftover in self._collections.glob(".trash-*"):  # a drop that stopped before its files were gone
@@ -102,7 +145,26 @@ class EdgeStore(Store):
         self._shards: dict[str, Any] = {}
         self._written: dict[str, int] = {}  # points upserted per collection since opening
         self._index_keys: dict[str, set[str]] = {}  # payload keys with an index, per collection
+        self._unrecorded: set[str] = set()  # collections written since opening: their point count is recorded on close
         self._mutex = threading.RLock()
+
+    @property
+    def _where(self) -> str:
+        return str(self.root.absolute())
+
+    def _read_marker(self, marker: Path) -> int:
+        try:
+            found = json.loads(marker.read_text(encoding="utf-8"))
+            version = found.get("format", 0) if isinstance(found, dict) else None
+            if not isinstance(version, int):
+                raise ValueError(f"its format is {version!r}, not a number")
+        except (ValueError, UnicodeDecodeError) as e:
+            self.close()
+            raise StoreDamagedError(
+                f"{marker.absolute()} is damaged ({_one_line(e)}); it marks the folder as a recemb store: write "
+                f'{{"format": {STORE_FORMAT}, "engine": "qdrant-edge"}} into it, or restore the store from a '
+                "backup") from None
+        return version
 
     # ------------------------------------------------------------------ collections
     def _folder(self, collection: str) -> Path:
@@ -111,13 +173,23 @@ class EdgeStore(Store):
         return self._collections / (collection if safe else "~" + hashlib.sha256(collection.encode()).hexdigest()[:40])
 
     def _record(self, collection: str) -> dict[str, Any]:
-        path = self._folder(collection) / COLLECTION_FILE
+        record = self._read_record(self._folder(collection) / COLLECTION_FILE)
+        if record is None or record["name"] != collection:  # a hashed name shared by two names: not this one
+            raise KeyError(collection)
+        return record
+
+    def _read_record(self, path: Path) -> dict[str, Any] | None:
+        """A collection's record; None if it has none (not a collection, or one whose creation stopped)."""
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(record, dict) or not isinstance(record.get("name"), str) \
+                    or not isinstance(record.get("dense_size"), int) or not isinstance(record.get("sparse"), bool):
+                raise ValueError("it lacks the collection's name or vector layout")
         except FileNotFoundError:
-            raise KeyError(collection) from None
-        if record.get("name") != collection:  # a hashed folder name shared by two names: not this collection
-            raise KeyError(collection)
+            return None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise StoreDamagedError(f"{path.absolute()} is damaged ({_one_line(e)}); "
+                                    + _RECOVER.format(folder=path.parent.absolute())) from None
         return record
 
     def collection_exists(self, collection: str) -> bool:
@@ -135,9 +207,9 @@ class EdgeStore(Store):
     def list_collections(self) -> list[str]:
         names = []
         for folder in self._collections.iterdir():
-            record = folder / COLLECTION_FILE
-            if not folder.name.startswith(".") and record.is_file():
-                names.append(json.loads(record.read_text(encoding="utf-8"))["name"])
+            record = None if folder.name.startswith(".") else self._read_record(folder / COLLECTION_FILE)
+            if record is not None:
+                names.append(record["name"])
         return sorted(names)
 
     def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any]) -> None:
@@ -149,20 +221,25 @@ class EdgeStore(Store):
             if folder.exists():  # a creation that stopped before its record was written
                 self._close_shard(collection)
                 shutil.rmtree(folder)
+            self._ensure_space(SPACE_FLOOR, f"creating collection {collection!r}")
             folder.mkdir()
             self._index_keys.pop(collection, None)
+            self._unrecorded.discard(collection)
             config = E.EdgeConfig(
                 vectors={DENSE_VECTOR: E.EdgeVectorParams(size=dense_size, distance=E.Distance.Cosine)},
                 sparse_vectors=({SPARSE_VECTOR: E.EdgeSparseVectorParams(modifier=E.Modifier.Idf)} if sparse
                                 else None))
-            self._shards[collection] = E.EdgeShard.create(str(folder / "shard"), config)
-            _write_json(folder / COLLECTION_FILE, {"name": collection, "dense_size": dense_size, "sparse": sparse,
-                                                   "metadata": metadata})
+            with self._engine_errors(collection, "created"):
+                self._shards[collection] = E.EdgeShard.create(str(folder / "shard"), config)
+            self._write_file(folder / COLLECTION_FILE, {"name": collection, "dense_size": dense_size,
+                                                        "sparse": sparse, "metadata": metadata, "points": 0},
+                             f"creating collection {collection!r}")
 
     def update_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
         with self._mutex:
             record = self._record(collection)
-            _write_json(self._folder(collection) / COLLECTION_FILE, {**record, "metadata": metadata})
+            self._write_file(self._folder(collection) / COLLECTION_FILE, {**record, "metadata": metadata},
+                             f"writing collection {collection!r}")
 
     def delete_collection(self, collection: str) -> None:
         with self._mutex:
@@ -175,15 +252,18 @@ class EdgeStore(Store):
             shutil.rmtree(trash, ignore_errors=True)
             self._written.pop(collection, None)
             self._index_keys.pop(collection, None)
+            self._unrecorded.discard(collection)
 
     def create_payload_index(self, collection: str, key: str, schema: str) -> None:
         E = self._edge
         kind = {KEYWORD: E.PayloadSchemaType.Keyword, INTEGER: E.PayloadSchemaType.Integer}[schema]
         with self._mutex:
-            self._update(collection, E.UpdateOperation.create_field_index(key, kind))
+            self._update(collection, E.UpdateOperation.create_field_index(key, kind),
+                         need=INDEX_SPACE_PER_POINT * self.count(collection))
             record = self._record(collection)
             indexed = sorted(set(record.get("indexed", [])) | {key})
-            _write_json(self._folder(collection) / COLLECTION_FILE, {**record, "indexed": indexed})
+            self._write_file(self._folder(collection) / COLLECTION_FILE, {**record, "indexed": indexed},
+                             f"writing collection {collection!r}")
             self._index_keys[collection] = set(indexed)
 
     def _indexed(self, collection: str) -> set[str]:
@@ -196,35 +276,154 @@ class EdgeStore(Store):
         with self._mutex:
             shard = self._shards.get(collection)
             if shard is None:
-                self._record(collection)
+                record = self._record(collection)
                 path = self._folder(collection) / "shard"
                 # Only this process has the store open (the lock): what an interrupted optimize left is garbage.
                 shutil.rmtree(path / "temp_segments", ignore_errors=True)
-                shard = self._shards[collection] = self._edge.EdgeShard.load(str(path))
+                # Opening writes (segment state, flags) and, on tmpfs, reading a never-written part of a mapped file
+                # takes space too: what the shard's files have not taken yet is the most that can be.
+                holes = _file_usage(path, skip="wal")[1] if self._memory_backed else 0
+                self._ensure_space(SPACE_FLOOR + holes, f"opening collection {collection!r} (Qdrant Edge writes to "
+                                                        "its files as it opens them)")
+                with self._engine_errors(collection, "opened"):
+                    shard = self._edge.EdgeShard.load(str(path))
+                try:
+                    self._check_opened(collection, shard, record)
+                except BaseException:
+                    shard.close()
+                    raise
+                self._shards[collection] = shard
             return shard
+
+    def _check_opened(self, collection: str, shard, record: dict[str, Any]) -> None:
+        """Lost points (a count other than the one recorded at the last close), lost dense vectors (every point
+        carries one) and a sample of the dense vectors."""
+        E = self._edge
+        with self._engine_errors(collection, "read"):
+            count = shard.count(E.CountRequest(exact=True))
+            with_dense = shard.count(E.CountRequest(exact=True, filter=E.Filter(
+                must=[E.HasVectorCondition(DENSE_VECTOR)])))
+            sample, _ = shard.scroll(E.ScrollRequest(limit=VECTOR_SAMPLE, with_payload=False,
+                                                     with_vector=[DENSE_VECTOR]))
+        expected = record.get("points")
+        segments = (self._folder(collection) / "shard" / "segments").absolute()
+        if isinstance(expected, int) and count != expected:
+            raise StoreDamagedError(self._damaged(collection, (
+                f"it holds {count:,} points where {expected:,} were written, so points were lost (a segment under "
+                f"{segments} is missing or damaged)")))
+        if with_dense != count:
+            raise StoreDamagedError(self._damaged(collection, (
+                f"{count - with_dense:,} of its {count:,} points have lost their dense vector (a file under "
+                f"{segments} is damaged)")))
+        self._check_vectors(collection, sample)
+
+    def _check_vectors(self, collection: str, records) -> None:
+        """Edge stores every dense vector normalised (cosine): one that is not unit length is damage."""
+        for r in records:
+            vector = r.vector.get(DENSE_VECTOR) if isinstance(r.vector, dict) else None
+            if vector is None:
+                continue
+            square = math.fsum(x * x for x in vector)
+            if not abs(square - 1.0) <= UNIT_TOLERANCE:  # also NaN
+                what = "all zeros" if square == 0 else f"of length {math.sqrt(square):.4g}, not a unit vector"
+                segments = (self._folder(collection) / "shard" / "segments").absolute()
+                raise StoreDamagedError(self._damaged(collection, (
+                    f"point {r.id}'s dense vector is {what}, so the vector files under {segments} are damaged")))
+
+    def _damaged(self, collection: str, what: str) -> str:
+        return (f"collection {collection!r} of the embedded store at {self._where} is damaged: {what}; "
+                + _RECOVER.format(folder=self._folder(collection).absolute()))
 
     def _close_shard(self, collection: str) -> None:
         shard = self._shards.pop(collection, None)
         if shard is not None:
-            shard.close()
+            with self._engine_errors(collection, "closed"):
+                shard.close()
 
-    def _update(self, collection: str, operation) -> None:
+    def _update(self, collection: str, operation, need: int = 0) -> None:
+        """Apply a write that takes about ``need`` bytes (beyond the floor every step keeps free)."""
         with self._mutex:
-            self._shard(collection).update(operation)
+            shard = self._shard(collection)
+            self._ensure_space(SPACE_FLOOR + need, f"writing to collection {collection!r}")
+            if collection not in self._unrecorded:
+                # Points change from here on: the count recorded at the last close no longer holds (a process
+                # killed before its close records none, and the next opening checks none).
+                record = self._record(collection)
+                if record.get("points") is not None:
+                    self._write_file(self._folder(collection) / COLLECTION_FILE, {**record, "points": None},
+                                     f"writing to collection {collection!r}")
+                self._unrecorded.add(collection)
+            with self._engine_errors(collection, "written"):
+                shard.update(operation)
+
+    # ------------------------------------------------------------------ free space and the engine's errors
+    def _ensure_space(self, need: int, doing: str) -> None:
+        free = _free_space(self.root)
+        if free < need:
+            raise StoreFullError(f"no space left for the embedded store at {self._where}: {_size(free)} free on its "
+                                 f"disk, where {doing} wants {_size(need)}; free some space there and run the "
+                                 "command again (nothing written before is lost)")
+
+    def _write_file(self, path: Path, data: dict[str, Any], doing: str) -> None:
+        try:
+            _write_json(path, data)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreFullError(f"no space left for the embedded store at {self._where}: {doing} failed, its "
+                                     "disk is full; free some space there and run the command again (nothing "
+                                     "written before is lost)") from e
+            raise
+
+    @contextmanager
+    def _engine_errors(self, collection: str, done: str) -> Iterator[None]:
+        """The engine's reports of a full disk, of files it may not write and of damage, as one-line store errors."""
+        try:
+            yield
+        except Exception as e:
+            error = self._engine_error(e, collection, done)
+            if error is None:
+                raise
+            raise error from e
+        except BaseException as e:  # a Rust panic (pyo3's PanicException is a BaseException): damage it tripped on
+            if type(e).__name__ != "PanicException":
+                raise
+            raise StoreDamagedError(self._damaged(collection, f"Qdrant Edge failed on its files ({_one_line(e)})")) \
+                from e
+
+    def _engine_error(self, e: Exception, collection: str, done: str) -> StoreError | None:
+        text = _one_line(e)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or any(
+                s in text for s in ("No space left on device", "os error 28", "Not enough space available",
+                                    "Disk quota exceeded")):
+            return StoreFullError(f"no space left for the embedded store at {self._where}: collection "
+                                  f"{collection!r} could not be {done}, its disk is full ({text}); free some space "
+                                  "there and run the command again (nothing written before is lost)")
+        if any(s in text for s in ("Read-only file system", "os error 30", "Permission denied", "os error 13")):
+            return StoreError(f"the embedded store at {self._where} cannot be written here ({text}), and Qdrant "
+                              "Edge writes to a collection's files when it opens them, even to search; copy the "
+                              "store to a folder you can write and give that folder (--qdrant-path)")
+        if type(e) is Exception and text.startswith(("Service runtime error", "Inconsistent storage")):
+            detail = text.replace("Service runtime error: ", "")
+            return StoreDamagedError(self._damaged(collection, f"Qdrant Edge cannot read it ({detail})"))
+        return None
 
     # ------------------------------------------------------------------ points
     def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
         E = self._edge
         edge_points = []
+        size = 0
         for p in points:
             if not isinstance(p.vector, dict):
                 raise ValueError("Qdrant Edge collections hold named vectors only (recemb 0.1's unnamed vector is "
                                  "for qdrant-client stores)")
             vector = {name: E.SparseVector(indices=list(v.indices), values=list(v.values))
                       if isinstance(v, SparseVector) else list(v) for name, v in p.vector.items()}
-            edge_points.append(E.Point(id=p.id, vector=vector, payload=_encode(p.payload)))
+            payload = _encode(p.payload)
+            size += _payload_bytes(payload) + sum(8 * len(v.indices) if isinstance(v, SparseVector) else 4 * len(v)
+                                                  for v in p.vector.values())
+            edge_points.append(E.Point(id=p.id, vector=vector, payload=payload))
         if edge_points:
-            self._update(collection, E.UpdateOperation.upsert_points(edge_points))
+            self._update(collection, E.UpdateOperation.upsert_points(edge_points), need=WRITE_SPACE_FACTOR * size)
             self._written[collection] = self._written.get(collection, 0) + len(edge_points)
 
     def delete(self, collection: str, filter: Any) -> None:
@@ -233,8 +432,10 @@ class EdgeStore(Store):
     def set_payload(self, collection: str, payload: dict[str, Any], ids: Sequence[str] | None = None,
                     filter: Any = None) -> None:
         op = self._edge.UpdateOperation
-        self._update(collection, op.set_payload(list(ids), _encode(payload)) if ids is not None
-                     else op.set_payload_by_filter(self._filter(filter), _encode(payload)))
+        encoded = _encode(payload)
+        self._update(collection, op.set_payload(list(ids), encoded) if ids is not None
+                     else op.set_payload_by_filter(self._filter(filter), encoded),
+                     need=WRITE_SPACE_FACTOR * _payload_bytes(encoded) * (len(ids) if ids is not None else 1))
 
     def scroll(self, collection: str, limit: int, offset: Any = None, filter: Any = None,
                with_payload: bool | Sequence[str] = True, with_vectors: bool = False
@@ -242,18 +443,28 @@ class EdgeStore(Store):
         E = self._edge
         selector = with_payload if isinstance(with_payload, bool) else E.PayloadSelector.Include(list(with_payload))
         with self._mutex:
-            records, next_offset = self._shard(collection).scroll(E.ScrollRequest(
-                offset=offset, limit=limit, filter=self._filter(filter), with_payload=selector,
-                with_vector=with_vectors))
+            shard = self._shard(collection)
+            with self._engine_errors(collection, "read"):
+                records, next_offset = shard.scroll(E.ScrollRequest(
+                    offset=offset, limit=limit, filter=self._filter(filter), with_payload=selector,
+                    with_vector=with_vectors))
+        if with_vectors:
+            self._check_vectors(collection, records)
         return [_from_edge(r) for r in records], next_offset
 
     def count(self, collection: str, filter: Any = None) -> int:
         with self._mutex:
-            return self._shard(collection).count(self._edge.CountRequest(exact=True, filter=self._filter(filter)))
+            shard = self._shard(collection)
+            with self._engine_errors(collection, "read"):
+                return shard.count(self._edge.CountRequest(exact=True, filter=self._filter(filter)))
 
     def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[StoredPoint]:
         with self._mutex:
-            records = self._shard(collection).retrieve(list(ids), with_payload=True, with_vector=with_vectors)
+            shard = self._shard(collection)
+            with self._engine_errors(collection, "read"):
+                records = shard.retrieve(list(ids), with_payload=True, with_vector=with_vectors)
+        if with_vectors:
+            self._check_vectors(collection, records)
         return [_from_edge(r) for r in records]
 
     # ------------------------------------------------------------------ search
@@ -265,8 +476,8 @@ class EdgeStore(Store):
         acorn = edge_filter is not None and not _filter_keys(request.filter) <= self._indexed(collection)
         dense_params = E.SearchParams(hnsw_ef=max(HNSW_EF, request.limit, request.candidates),
                                       acorn=E.AcornSearchParams(enable=True) if acorn else None)
-        dense = (E.Query.Nearest(list(request.dense), using=request.dense_name or DENSE_VECTOR)
-                 if request.dense is not None else None)
+        dense_name = request.dense_name or DENSE_VECTOR
+        dense = (E.Query.Nearest(list(request.dense), using=dense_name) if request.dense is not None else None)
         sparse = (E.Query.Nearest(E.SparseVector(indices=list(request.sparse.indices),
                                                  values=list(request.sparse.values)), using=SPARSE_VECTOR)
                   if request.sparse is not None else None)
@@ -280,7 +491,14 @@ class EdgeStore(Store):
             query = E.QueryRequest(limit=request.limit, query=dense or sparse, filter=edge_filter,
                                    with_payload=request.with_payload, params=dense_params if dense else None)
         with self._mutex:
-            points = self._shard(collection).query(query)
+            shard = self._shard(collection)
+            with self._engine_errors(collection, "searched"):
+                points = shard.query(query)
+                # The best hits' dense vectors are checked (zeroed vector files would score them 0.0): a few, since
+                # a grouped search fetches thousands of candidates and their vectors would cost more than the search.
+                checked = shard.retrieve([p.id for p in points[:VECTOR_SAMPLE]], with_payload=False,
+                                         with_vector=[dense_name]) if dense is not None and points else []
+        self._check_vectors(collection, checked)
         return [_from_edge(p) for p in points]
 
     def query_groups(self, collection: str, request: SearchRequest, group_by: str,
@@ -316,12 +534,15 @@ class EdgeStore(Store):
         done = threading.Event()
         with self._mutex:
             shard = self._shard(collection)
+            taken = _file_usage(self._folder(collection) / "shard", skip="wal")[0]
+            self._ensure_space(SPACE_FLOOR + OPTIMIZE_SPACE_FACTOR * taken, f"indexing collection {collection!r}")
             with tqdm(total=None, desc=f"Indexing {collection}", unit="s", disable=show_progress_bar is False,
                       bar_format="{desc}: {elapsed}") as bar:
                 ticker = threading.Thread(target=_tick, args=(bar, done), daemon=True)
                 ticker.start()
                 try:
-                    shard.optimize()
+                    with self._engine_errors(collection, "indexed"):
+                        shard.optimize()
                 finally:
                     done.set()
                     ticker.join()
@@ -332,13 +553,32 @@ class EdgeStore(Store):
         return None if f is None else _translate_filter(self._edge, f)
 
     def close(self) -> None:
+        """Record the point count of each collection written since opening (what the next opening checks), close
+        the shards and release the lock."""
         with getattr(self, "_mutex", threading.RLock()):
+            failed = None
             for name in list(getattr(self, "_shards", {})):
-                self._close_shard(name)
+                if name in self._unrecorded:
+                    self._record_count(name)
+                try:
+                    self._close_shard(name)
+                except StoreError as e:  # the others are still closed and the lock released
+                    failed = failed or e
             lock_file = getattr(self, "_lock_file", None)
             if lock_file is not None:
                 lock_file.close()  # releases the flock
                 self._lock_file = None
+            if failed is not None:
+                raise failed
+
+    def _record_count(self, collection: str) -> None:
+        try:
+            count = self._shards[collection].count(self._edge.CountRequest(exact=True))
+            self._write_file(self._folder(collection) / COLLECTION_FILE, {**self._record(collection),
+                                                                          "points": count}, "closing")
+            self._unrecorded.discard(collection)
+        except Exception:  # a check, not data: left unrecorded, the next opening checks no count
+            pass
 
 
 # ---------------------------------------------------------------------- helpers
@@ -347,7 +587,7 @@ def _tick(bar, done: threading.Event) -> None:
         bar.refresh()
 
 
-def _lock(path: Path):
+def _lock(path: Path, where: str):
     """An exclusive lock on the store, held while the file stays open; a StoreError if another process has it."""
     handle = open(path, "a+")
     try:
@@ -358,19 +598,97 @@ def _lock(path: Path):
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.close()
-        raise StoreError(f"the embedded store {path.parent} is in use by another process (one at a time); wait for "
-                         "it to finish, or run a Qdrant server and pass --qdrant-url") from None
+        raise StoreError(f"the embedded store at {where} is in use by another process (one at a time); wait for it "
+                         "to finish, or run a Qdrant server and pass --qdrant-url") from None
     return handle
+
+
+def _not_writable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be written, or None."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "it is on a read-only filesystem"
+    except (AttributeError, OSError):  # no statvfs (Windows)
+        pass
+    return None if os.access(folder, os.W_OK) else "you may not write to its folder"
+
+
+def _memory_backed(folder: Path) -> bool:
+    """Whether ``folder`` is on tmpfs (Linux), where a memory map's read of a never-written page takes space too."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    target, best, kind = os.path.realpath(folder), "", None
+    for line in lines:  # "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [TAGS] - FSTYPE SOURCE OPTIONS"
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, right.split()[0]
+    return kind == "tmpfs"
+
+
+def _file_usage(folder: Path, skip: str | None = None) -> tuple[int, int]:
+    """(bytes the files under ``folder`` take on disk, bytes of them not written yet: the holes of sparse files),
+    leaving out the sub-folder ``skip``."""
+    taken = holes = 0
+    for dirpath, dirnames, filenames in os.walk(folder):
+        if skip in dirnames and Path(dirpath) == folder:
+            dirnames.remove(skip)
+        for name in filenames:
+            try:
+                st = os.stat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            blocks = getattr(st, "st_blocks", None)
+            used = st.st_size if blocks is None else blocks * 512
+            taken += used
+            holes += max(0, st.st_size - used)
+    return taken, holes
+
+
+def _free_space(folder: Path) -> int:
+    """Bytes this process may still write on the disk under ``folder``."""
+    return shutil.disk_usage(folder).free
+
+
+def _payload_bytes(value) -> int:
+    """About the bytes a payload takes serialised."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + 2
+    if isinstance(value, dict):
+        return sum(len(str(k)) + 3 + _payload_bytes(v) for k, v in value.items()) + 2
+    if isinstance(value, (list, tuple)):
+        return sum(_payload_bytes(v) + 1 for v in value) + 2
+    return 8
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:1000] + ("..." if len(text) > 1000 else "")
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace ``path`` atomically and durably: a crash leaves the old file or the new one, never half of one."""
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep half a file
+        raise
     _fsync_dir(path.parent)
 
 

@@ -13,6 +13,20 @@ from recemb_integrations.qdrant import content_hash
 from recemb_integrations.stores import open_store
 
 
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def one_line_error(err: str, errno_allowed: bool = True) -> str:
+    """The one line a refused command printed on stderr (no traceback; with ``errno_allowed`` False, no raw
+    "[Errno N]" either)."""
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err and (errno_allowed or "Errno" not in err), err
+    return lines[0]
+
+
 def make_corpus(folder: Path, n: int, words: int = 6) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(n):

@@ -29,13 +29,7 @@ from recemb_integrations.qdrant import (  # noqa: E402
 )
 from recemb_integrations.sources import folder_sources  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.integrations.cli_cases import assert_store_is, run, stored_payloads, texts_under  # noqa: E402
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+from tests.integrations.cli_cases import assert_store_is, run, stored_payloads, texts_under, write  # noqa: E402
 
 
 def folder(path: Path, n: int, stem: str = "x") -> Path:
