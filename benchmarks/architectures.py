@@ -54,7 +54,7 @@ def make_weights(arch: str, folder: Path) -> Path:
 
         xLSTMModel(xLSTMConfig(**XLSTM_130M)).save_pretrained(str(folder))
     else:
-        sys.path.insert(0, str(ROOT))  # after transformers is imported: the repository's kernels/ must not shadow
+        sys.path.insert(0, str(ROOT))  # for tests.rwkv7_utils
         from tests.rwkv7_utils import random_pth_state, save_pth
 
         return save_pth(random_pth_state(**RWKV7_130M), folder)

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from recemb.core import DEFAULT_MODEL, Embedder, resolve_model_path
-    from recemb.core.calibration import calibrate
+    from recemb.core.architectures.mamba2.calibration import calibrate
     from recemb.core.context_extension import ARTIFACT_FILE
 
     data = data_dir()

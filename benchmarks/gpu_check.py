@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from recemb.kernels import ssd_chunk_scan, ssd_naive_recurrent
+from recemb.kernels import ssd_chunk_scan, ssd_recurrent_ref
 
 
 def rel(ref: torch.Tensor, got: torch.Tensor) -> float:
@@ -63,7 +63,7 @@ def check_ssd(device, smoke):
             row = dict(check="ssd triton vs torch", shape=f"b{b} l{l} h{h} p{p} g{g} n{n} q{q}", dtype=str(dtype),
                        y=rel(y_tor, y_tri), final_state=rel(s_tor, s_tri))
             if l <= 1000:  # the token loop is slow; it anchors the smaller shape
-                y_ref, _ = ssd_naive_recurrent(*(t[k].cpu() for k in ("x", "dt", "A", "B", "C")), D=t["D"].cpu(),
+                y_ref, _ = ssd_recurrent_ref(*(t[k].cpu() for k in ("x", "dt", "A", "B", "C")), D=t["D"].cpu(),
                                                dt_bias=t["dt_bias"].cpu(), dt_softplus=True,
                                                initial_states=t["initial_states"].cpu())
                 row["y_vs_fp64_loop"] = rel(y_ref, y_tri.cpu())

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from recemb.core import Embedder
 from recemb.core.context_extension import ContextExtension
-sys.path.insert(0, sys.argv[2])  # tests/utils.py copied alone: the repository root would shadow "kernels"
+sys.path.insert(0, sys.argv[2])  # tests/utils.py copied alone: the repository root would shadow the other commit's code
 from tutils import SAMPLE_TEXT, save_transformers_checkpoint, transformers_model
 
 out = {}
@@ -140,11 +140,15 @@ def run_probes(tree: Path | None, out: Path, work: Path, data: Path, store: bool
     env = dict(os.environ)
     if tree is not None:  # a package folder laid out as installed: recemb/{core,kernels,models}, recemb_integrations
         pkg = work / "old-package"
-        (pkg / "recemb").mkdir(parents=True)
-        (pkg / "recemb" / "__init__.py").write_text((tree / "recemb" / "__init__.py").read_text())
-        for name, source in (("core", tree / "core"), ("kernels", tree / "kernels"),
-                             ("models", tree / "recemb" / "models")):
-            (pkg / "recemb" / name).symlink_to(source)
+        pkg.mkdir()
+        if (tree / "recemb" / "core").is_dir():  # the packages' own layout
+            (pkg / "recemb").symlink_to(tree / "recemb")
+        else:  # commits before #45: core/ and kernels/ at the root, mapped by pyproject.toml's package-dir
+            (pkg / "recemb").mkdir()
+            (pkg / "recemb" / "__init__.py").write_text((tree / "recemb" / "__init__.py").read_text())
+            for name, source in (("core", tree / "core"), ("kernels", tree / "kernels"),
+                                 ("models", tree / "recemb" / "models")):
+                (pkg / "recemb" / name).symlink_to(source)
         (pkg / "recemb_integrations").symlink_to(tree / "recemb_integrations")
         env.update(PYTHONPATH=str(pkg), RECEMB_OLD_TREE="1")
     script = work / "probes.py"

@@ -107,7 +107,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from recemb.core import Embedder, resolve_model_path
-    from recemb.core.calibration import calibrate
+    from recemb.core.architectures.mamba2.calibration import calibrate
 
     sources = resources.collect_files(args.texts)
     if sources.missing:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from recemb.core import Embedder
-from recemb.core.calibration import (
+from recemb.core.architectures.mamba2.calibration import (
     _window_statistics,
     calibrate_longmamba,
     calibrate_mambaextend,

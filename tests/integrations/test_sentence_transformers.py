@@ -195,7 +195,7 @@ def test_context_extension_switch_and_artifacts_travel(exported, tmp_path):
     assert np.allclose(again.encode(TEXTS), on.encode(TEXTS), atol=1e-6)
 
 
-# ---------------------------------------------------------------------- low precision (core/precision.py)
+# --------------------------------------------------------------- low precision (recemb/core/precision.py)
 def test_int8_export_is_recorded_and_loads_quantised(tiny_folder, tmp_path):
     from recemb.core.precision import is_quantized
 

@@ -1,5 +1,6 @@
 """The torch paths of the causal conv (with carried state) and the gated RMSNorm, against their references
-(``recemb.kernels.reference``), and the references against independent formulations."""
+(``recemb.kernels.conv1d.reference``, ``recemb.kernels.gated_norm.reference``), and the references against
+independent formulations."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The chunkwise mLSTM against its definition, the fp64 token loop (``mlstm_naive_recurrent``), and the loop against
+"""The chunkwise mLSTM against its definition, the fp64 token loop (``mlstm_recurrent_ref``), and the loop against
 transformers' native recurrent kernel (the conventions: gates, stabiliser, normaliser, eps)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recemb.kernels.mlstm import mlstm_chunkwise, mlstm_naive_recurrent, mlstm_zero_state
+from recemb.kernels.mlstm import mlstm_chunkwise, mlstm_recurrent_ref, mlstm_zero_state
 
 B, H, DK, DV = 2, 3, 8, 16
 
@@ -42,7 +42,7 @@ def check_state(assert_close, name, ref, got, tol):
 @pytest.mark.parametrize("chunk_size", [1, 4, 16, 64])
 def test_chunkwise_equals_token_loop_fp64(assert_close, l, chunk_size):
     q, k, v, i, f = mlstm_inputs(l, seed=l)
-    y_ref, s_ref = mlstm_naive_recurrent(q, k, v, i, f)
+    y_ref, s_ref = mlstm_recurrent_ref(q, k, v, i, f)
     y, s = mlstm_chunkwise(q, k, v, i, f, chunk_size=chunk_size)
     assert y.dtype == torch.float64 and y.shape == (B, l, H, DV)
     assert_close("h", y_ref, y, 1e-10)
@@ -52,7 +52,7 @@ def test_chunkwise_equals_token_loop_fp64(assert_close, l, chunk_size):
 @pytest.mark.parametrize("l,chunk_size", [(1, 64), (29, 8), (64, 16), (70, 64)])
 def test_chunkwise_fp32(assert_close, l, chunk_size):
     q, k, v, i, f = mlstm_inputs(l, seed=3)
-    y_ref, s_ref = mlstm_naive_recurrent(q, k, v, i, f)
+    y_ref, s_ref = mlstm_recurrent_ref(q, k, v, i, f)
     y, s = mlstm_chunkwise(*(t.float() for t in (q, k, v, i, f)), chunk_size=chunk_size)
     assert y.dtype == torch.float32 and all(t.dtype == torch.float32 for t in s)
     assert_close("h", y_ref, y, 1e-5)
@@ -61,7 +61,7 @@ def test_chunkwise_fp32(assert_close, l, chunk_size):
 
 def test_low_precision_inputs_compute_in_fp32(assert_close):
     q, k, v, i, f = mlstm_inputs(21, seed=4, dtype=torch.bfloat16)
-    y_ref, _ = mlstm_naive_recurrent(q, k, v, i, f)  # the same rounded inputs, in fp64
+    y_ref, _ = mlstm_recurrent_ref(q, k, v, i, f)  # the same rounded inputs, in fp64
     y, s = mlstm_chunkwise(q, k, v, i, f, chunk_size=8)
     assert y.dtype == torch.float32 and s[0].dtype == torch.float32
     assert_close("h", y_ref, y, 1e-5)
@@ -71,7 +71,7 @@ def test_low_precision_inputs_compute_in_fp32(assert_close):
 def test_initial_state(assert_close, l, chunk_size):
     q, k, v, i, f = mlstm_inputs(l, seed=5)
     state = random_state()
-    y_ref, s_ref = mlstm_naive_recurrent(q, k, v, i, f, initial_state=state)
+    y_ref, s_ref = mlstm_recurrent_ref(q, k, v, i, f, initial_state=state)
     y, s = mlstm_chunkwise(q, k, v, i, f, chunk_size=chunk_size, initial_state=state)
     assert_close("h", y_ref, y, 1e-10)
     check_state(assert_close, "state", s_ref, s, 1e-10)
@@ -105,7 +105,7 @@ def test_extreme_gates_stay_finite(assert_close):
     f[:, 1::3] = 15.0
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 3e-5)):
         inputs = [t.to(dtype) for t in (q, k, v, i, f)]
-        y_ref, s_ref = mlstm_naive_recurrent(*inputs)
+        y_ref, s_ref = mlstm_recurrent_ref(*inputs)
         y, s = mlstm_chunkwise(*inputs, chunk_size=16)
         assert_close(f"h {dtype}", y_ref, y, tol)
         check_state(assert_close, f"state {dtype}", s_ref, s, tol)
@@ -132,7 +132,7 @@ def test_token_loop_equals_transformers_native_kernel(assert_close):
         pytest.skip("transformers' native xLSTM kernels are not defined (the xlstm package is installed)")
     q, k, v, i, f = mlstm_inputs(23, seed=8)
     C0, n0, m0 = random_state()
-    y_ref, (C, n, m) = mlstm_naive_recurrent(q, k, v, i, f, initial_state=(C0, n0, m0))
+    y_ref, (C, n, m) = mlstm_recurrent_ref(q, k, v, i, f, initial_state=(C0, n0, m0))
     heads_first = (t.transpose(1, 2).contiguous() for t in (q, k, v, i, f))
     y_tf, (C_tf, n_tf, m_tf) = native(*heads_first, c_initial=C0, n_initial=n0, m_initial=m0[..., None],
                                       return_last_states=True, eps=1e-6, dtype_state=torch.float64)

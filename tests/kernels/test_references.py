@@ -1,4 +1,4 @@
-"""The references (``recemb.kernels.reference``, ``recemb.kernels.ssd.reference``) among themselves, and the
+"""The references (each op's ``reference.py``) among themselves, ``prepare_dt`` against its reference, and the
 promise that they and every torch production path work without Triton."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from recemb.kernels import prepare_dt, ssd_chunk_scan_ref, ssd_naive_recurrent
+from recemb.kernels import prepare_dt, prepare_dt_ref, ssd_chunk_scan_ref, ssd_recurrent_ref
 from recemb.kernels.ssd.reference import (
     bmm_chunk_ref,
     chunk_cumsum_ref,
@@ -39,12 +39,14 @@ def _dt_kwargs(inp, mode: dict, dtype: torch.dtype) -> dict:
     "dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["fp32", "fp64", "bf16"]
 )
 def test_prepare_dt_is_the_effective_step(make_ssd_inputs, mode, dtype):
+    """``prepare_dt`` equals its reference to the bit, and both the formula, computed independently."""
     inp = make_ssd_inputs(2, 9, 4, 8, 2, 16)
     dt = inp.dt.to(dtype)
     dt[:, ::3] = 0.0  # LongMamba's zeroed steps: stay zero without a limit
     kw = _dt_kwargs(inp, mode, dtype)
     got = prepare_dt(dt, **kw)
     assert got.dtype == torch.promote_types(dtype, torch.float32)
+    assert torch.equal(got, prepare_dt_ref(dt, **kw))
     # Independently, elementwise in fp64: bias, then log(1 + e^x), then the clamp.
     expected = dt.double() + (0.0 if kw["dt_bias"] is None else kw["dt_bias"].double())
     if kw["dt_softplus"]:
@@ -86,7 +88,7 @@ def test_stage_refs_chained_equal_the_token_loop(make_ssd_inputs, assert_close, 
     CB = bmm_chunk_ref(C, B, q, causal=True)  # (b, c, g, q, q)
     y = chunk_scan_ref(CB, x, dt_out, dA_cumsum, C, states, D=D, z=z)  # (b, l, h, p)
 
-    y_loop, final_loop = ssd_naive_recurrent(x, dt, A, B, C, D=D, z=z, initial_states=init, **kw)
+    y_loop, final_loop = ssd_recurrent_ref(x, dt, A, B, C, D=D, z=z, initial_states=init, **kw)
     assert y.dtype == final_states.dtype == torch.float64
     assert_close("y", y_loop, y, 1e-10)
     assert_close("final_states", final_loop, final_states, 1e-10)
@@ -102,7 +104,10 @@ sys.modules["triton"] = None  # any `import triton` now raises ImportError
 import torch
 
 import recemb.kernels as K
-from recemb.kernels import reference as R
+from recemb.kernels.conv1d import reference as CR
+from recemb.kernels.gated_norm import reference as GR
+from recemb.kernels.mlstm import reference as MR
+from recemb.kernels.rwkv7 import reference as RR
 from recemb.kernels.ssd import reference as SR
 
 assert not K.triton_available()
@@ -129,9 +134,10 @@ y_ref, s_ref = K.ssd_chunk_scan_ref(x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_
 assert (y - y_ref).abs().max() < 1e-4 and (s - s_ref).abs().max() < 1e-4
 dt_eff = K.prepare_dt(dt, dt_bias, True)
 assert torch.allclose(dt_eff, torch.nn.functional.softplus(dt + dt_bias))
+assert torch.equal(dt_eff, SR.prepare_dt_ref(dt, dt_bias, True))
 K.ssd_chunk_scan_torch(x, dt_eff, A, B, C, q, D=D, initial_states=init, workspace=K.Workspace())
-K.ssd_naive_recurrent(x, dt_eff, A, B, C, D=D)
-K.ssd_naive_chunked(x, dt_eff, A, B, C, q, D=D)
+K.ssd_recurrent_ref(x, dt_eff, A, B, C, D=D)
+K.ssd_chunked_ref(x, dt_eff, A, B, C, q, D=D)
 dA_cumsum, dt_out = SR.chunk_cumsum_ref(dt, A, q, dt_bias, True)
 states = SR.chunk_state_ref(B, x, dt_out, dA_cumsum)
 states, _ = SR.state_passing_ref(states, dA_cumsum[..., -1], init)
@@ -142,21 +148,31 @@ SR.chunk_scan_ref(CB, x, dt_out, dA_cumsum, C, states, D=D)
 xc, w, bias, conv_state = randn(b, l, d), randn(d, k), randn(d), randn(b, d, k)
 yc, sc = K.causal_conv1d(xc, w, bias, conv_state)
 yc_torch, _ = K.causal_conv1d_torch(xc, w, bias, conv_state, workspace=K.Workspace())
-yc_ref, sc_ref = R.causal_conv1d_ref(xc, w, bias, conv_state)
+yc_ref, sc_ref = CR.causal_conv1d_ref(xc, w, bias, conv_state)
 assert torch.equal(yc, yc_torch) and (yc - yc_ref).abs().max() < 1e-5 and torch.equal(sc, sc_ref)
 yn, zn = randn(b, l, d), randn(b, l, d)
 out = K.gated_rms_norm(yn, zn, bias, 4)
 out_torch = K.gated_rms_norm_torch(yn.clone(), zn.clone(), bias, 4, inplace=True)
-out_ref = R.gated_rms_norm_ref(yn, zn, bias, 4)
+out_ref = GR.gated_rms_norm_ref(yn, zn, bias, 4)
 assert torch.equal(out, out_torch) and (out - out_ref).abs().max() < 1e-5
-assert K.causal_conv1d_ref is R.causal_conv1d_ref and K.gated_rms_norm_ref is R.gated_rms_norm_ref
+assert K.causal_conv1d_ref is CR.causal_conv1d_ref and K.gated_rms_norm_ref is GR.gated_rms_norm_ref
+
+# mLSTM and RWKV-7: the chunked torch paths and their token loops
+q, kq, v, i, f = randn(b, l, h, 4), randn(b, l, h, 4), randn(b, l, h, 4), randn(b, l, h), randn(b, l, h)
+hm, _ = K.mlstm_chunkwise(q, kq, v, i, f, chunk_size=4)
+assert (hm - MR.mlstm_recurrent_ref(q, kq, v, i, f)[0]).abs().max() < 1e-4
+r, kr, vr, wr = randn(b, l, h, 4), randn(b, l, h, 4), randn(b, l, h, 4), -0.6 * torch.rand(b, l, h, 4, generator=g)
+kk = torch.nn.functional.normalize(randn(b, l, h, 4), dim=-1)  # a = -kk, b = kk * gate, as RWKV-7 passes them
+o, _ = K.rwkv7_chunked(r, wr, kr, vr, -kk, kk * 0.5, chunk_size=4)
+assert (o - RR.rwkv7_recurrent_ref(r, wr, kr, vr, -kk, kk * 0.5)[0]).abs().max() < 1e-4
+assert K.mlstm_recurrent_ref is MR.mlstm_recurrent_ref and K.rwkv7_recurrent_ref is RR.rwkv7_recurrent_ref
 assert "triton" not in {m.split(".")[0] for m, mod in sys.modules.items() if mod is not None}
 print("ok")
 """
 
 
 def test_references_and_torch_paths_run_without_triton():
-    """``import recemb.kernels`` and both reference modules never import Triton: every reference and every
+    """``import recemb.kernels`` and every reference module never import Triton: every reference and every
     torch production path imports and runs in a process where ``import triton`` fails."""
     proc = subprocess.run([sys.executable, "-c", _NO_TRITON_SCRIPT], capture_output=True, text=True,
                           timeout=300)

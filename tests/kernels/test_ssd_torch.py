@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from recemb.kernels import prepare_dt, ssd_chunk_scan, ssd_naive_chunked, ssd_naive_recurrent
+from recemb.kernels import prepare_dt, ssd_chunk_scan, ssd_chunked_ref, ssd_recurrent_ref
 from tests.utils import assert_close, rel_err
 
 
@@ -20,12 +20,12 @@ def random_inputs(b=2, l=37, h=4, p=8, g=2, n=16, dtype=torch.float64, seed=0):
 
 
 @pytest.mark.parametrize("chunk_size", [1, 4, 16, 64], ids=lambda q: f"Q{q}")
-def test_naive_chunked_equals_naive_recurrent(chunk_size):
+def test_chunked_ref_equals_recurrent_ref(chunk_size):
     t = random_inputs()
     dt = prepare_dt(t["dt"], t["dt_bias"], dt_softplus=True)
-    y_ref, s_ref = ssd_naive_recurrent(t["x"], dt, t["A"], t["B"], t["C"], D=t["D"],
+    y_ref, s_ref = ssd_recurrent_ref(t["x"], dt, t["A"], t["B"], t["C"], D=t["D"],
                                        initial_states=t["initial_states"])
-    y, s = ssd_naive_chunked(t["x"], dt, t["A"], t["B"], t["C"], chunk_size, D=t["D"],
+    y, s = ssd_chunked_ref(t["x"], dt, t["A"], t["B"], t["C"], chunk_size, D=t["D"],
                              initial_states=t["initial_states"])
     assert_close("y", y_ref, y, 1e-12)
     assert_close("final_states", s_ref, s, 1e-12)
@@ -46,7 +46,7 @@ def test_torch_scan_fp64_matches_token_loop(shape, chunk_size, with_init):
     t = random_inputs(**shape)
     init = t["initial_states"] if with_init else None
     kwargs = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=init)
-    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y_ref, s_ref = ssd_recurrent_ref(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
     y, s = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], chunk_size, backend="torch", **kwargs)
     assert y.dtype == torch.float64 and s.dtype == torch.float64
     assert_close("y", y_ref, y, 1e-10)
@@ -58,7 +58,7 @@ def test_torch_scan_fp32_within_1e5_of_fp64_loop(shape, chunk_size):
     t = random_inputs(**shape)
     t32 = {k: v.float() for k, v in t.items()}
     kwargs = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"])
-    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y_ref, s_ref = ssd_recurrent_ref(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
     kwargs32 = {k: (v.float() if torch.is_tensor(v) else v) for k, v in kwargs.items()}
     y, s = ssd_chunk_scan(t32["x"], t32["dt"], t32["A"], t32["B"], t32["C"], chunk_size, backend="torch", **kwargs32)
     assert y.dtype == torch.float32 and s.dtype == torch.float32
@@ -70,7 +70,7 @@ def test_dt_limit_is_applied_after_softplus():
     t = random_inputs(l=20)
     limit = (0.05, 0.3)
     kwargs = dict(dt_bias=t["dt_bias"], dt_softplus=True, dt_limit=limit)
-    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y_ref, s_ref = ssd_recurrent_ref(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
     y, s = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", **kwargs)
     assert_close("y", y_ref, y, 1e-10)
     y_nolimit = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", dt_bias=t["dt_bias"],
@@ -131,7 +131,7 @@ def test_autograd_path_equals_inference_path(with_init):
     t = random_inputs(l=50)
     init = t["initial_states"] if with_init else None
     kwargs = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=init)
-    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y_ref, s_ref = ssd_recurrent_ref(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
     x = t["x"].clone().requires_grad_()
     y_grad, s_grad = ssd_chunk_scan(x, t["dt"], t["A"], t["B"], t["C"], 8, backend="torch", **kwargs)
     with torch.no_grad():
@@ -190,7 +190,7 @@ def test_fast_forgetting_heads_lose_nothing_to_the_cutoff():
     t["A"] = -torch.tensor([1.0, 30.0, 120.0, 400.0], dtype=torch.float64)
     t["dt"] = t["dt"].abs() + 1.0  # softplus(dt + bias) around 1-3: down to e^-1200 per token
     kwargs = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"])
-    y_ref, s_ref = ssd_naive_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    y_ref, s_ref = ssd_recurrent_ref(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
     with torch.no_grad():
         y64, s64 = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, backend="torch", **kwargs)
     assert_close("fp64 y", y_ref, y64, 1e-10)

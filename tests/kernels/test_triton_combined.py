@@ -12,7 +12,7 @@ import torch  # noqa: E402
 pytest.importorskip("triton")
 
 from recemb.kernels.ssd.combined import ssd_chunk_scan  # noqa: E402
-from recemb.kernels.ssd.reference import ssd_naive_recurrent  # noqa: E402
+from recemb.kernels.ssd.reference import ssd_recurrent_ref  # noqa: E402
 from recemb.kernels.ssd.triton_combined import ssd_chunk_scan_triton  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("nan_filled_empty")
@@ -55,13 +55,13 @@ def _raw_dt(inp, features: dict) -> torch.Tensor:
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("has_initial_states", [False, True], ids=["zero-init", "init"])
-def test_matches_naive_recurrent_fp32(make_ssd_inputs, assert_close, shape, features, has_initial_states):
+def test_matches_recurrent_ref_fp32(make_ssd_inputs, assert_close, shape, features, has_initial_states):
     b, l, h, p, g, n, q = shape
     inp = make_ssd_inputs(b, l, h, p, g, n)
     dt = _raw_dt(inp, features)
     kw = _kwargs(inp, features, has_initial_states)
     tri_y, tri_final = ssd_chunk_scan_triton(inp.x, dt, inp.A, inp.B, inp.C, q, **kw)
-    ref_y, ref_final = ssd_naive_recurrent(inp.x, dt, inp.A, inp.B, inp.C, **kw)  # fp64 loop
+    ref_y, ref_final = ssd_recurrent_ref(inp.x, dt, inp.A, inp.B, inp.C, **kw)  # fp64 loop
     assert tri_y.dtype == tri_final.dtype == torch.float32
     assert_close("y", ref_y, tri_y, FP32_TOL)
     assert_close("final_states", ref_final, tri_final, FP32_TOL)
@@ -69,7 +69,7 @@ def test_matches_naive_recurrent_fp32(make_ssd_inputs, assert_close, shape, feat
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[3]])
-def test_matches_naive_recurrent_low_precision(make_ssd_inputs, assert_close, dtype, shape):
+def test_matches_recurrent_ref_low_precision(make_ssd_inputs, assert_close, dtype, shape):
     b, l, h, p, g, n, q = shape
     inp = make_ssd_inputs(b, l, h, p, g, n)
     features = dict(D=True, z=True, dt_bias=True, dt_softplus=True)
@@ -78,7 +78,7 @@ def test_matches_naive_recurrent_low_precision(make_ssd_inputs, assert_close, dt
     kw["z"] = z
     tri_y, tri_final = ssd_chunk_scan_triton(x, inp.dt.to(dtype), inp.A, B, C, q, **kw)
     # The reference sees the same rounded inputs, so the tolerance measures the kernels' own rounding.
-    ref_y, ref_final = ssd_naive_recurrent(x, inp.dt.to(dtype), inp.A, B, C, **kw)
+    ref_y, ref_final = ssd_recurrent_ref(x, inp.dt.to(dtype), inp.A, B, C, **kw)
     assert tri_final.dtype == torch.float32
     assert_close("y", ref_y, tri_y, LOW_PRECISION_TOLS[dtype])
     assert_close("final_states", ref_final, tri_final, LOW_PRECISION_TOLS[dtype])
@@ -130,6 +130,6 @@ def test_non_contiguous_inputs(make_ssd_inputs, assert_close):
     assert not x.is_contiguous() and not dt.is_contiguous()
     kw = dict(D=inp.D, z=z, dt_bias=inp.dt_bias, dt_softplus=True)
     tri_y, tri_final = ssd_chunk_scan_triton(x, dt, inp.A, B, C, 8, **kw)
-    ref_y, ref_final = ssd_naive_recurrent(x, dt, inp.A, B, C, **kw)
+    ref_y, ref_final = ssd_recurrent_ref(x, dt, inp.A, B, C, **kw)
     assert_close("y", ref_y, tri_y, FP32_TOL)
     assert_close("final_states", ref_final, tri_final, FP32_TOL)

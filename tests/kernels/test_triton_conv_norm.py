@@ -1,5 +1,5 @@
-"""Triton causal conv1d and gated RMSNorm against their pure-torch references (``recemb.kernels.reference``),
-under the interpreter."""
+"""Triton causal conv1d and gated RMSNorm against their pure-torch references (``recemb.kernels.conv1d.reference``,
+``recemb.kernels.gated_norm.reference``), under the interpreter."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton")
 
-from recemb.kernels.conv1d import causal_conv1d  # noqa: E402
-from recemb.kernels.conv1d_triton import causal_conv1d_triton  # noqa: E402
-from recemb.kernels.gated_norm import gated_rms_norm  # noqa: E402
-from recemb.kernels.gated_norm_triton import gated_rms_norm_triton  # noqa: E402
-from recemb.kernels.reference import causal_conv1d_ref, gated_rms_norm_ref  # noqa: E402
+from recemb.kernels.conv1d import causal_conv1d, causal_conv1d_ref  # noqa: E402
+from recemb.kernels.conv1d.conv1d_triton import causal_conv1d_triton  # noqa: E402
+from recemb.kernels.gated_norm import gated_rms_norm, gated_rms_norm_ref  # noqa: E402
+from recemb.kernels.gated_norm.gated_norm_triton import gated_rms_norm_triton  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("nan_filled_empty")
 

@@ -180,7 +180,8 @@ def test_chunk_scan_default_out_dtype(make_ssd_inputs):
 _COMPILE_SCRIPT = r"""
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
-from recemb.kernels import conv1d_triton as cv, gated_norm_triton as gn
+from recemb.kernels.conv1d import conv1d_triton as cv
+from recemb.kernels.gated_norm import gated_norm_triton as gn
 from recemb.kernels.ssd import bmm, chunk_cumsum as cc, chunk_scan as cs, chunk_state as st
 from recemb.kernels.ssd import state_passing as sp
 

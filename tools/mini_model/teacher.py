@@ -70,7 +70,8 @@ class TeacherCache:
 
     def mean_of_chunks(self, chunked: list[list[str]]) -> np.ndarray:
         """(n, 384): per long text, the normalised mean of its chunks' embeddings (the teacher reads 256 tokens,
-        so a long text's target is what it says of each part; ``core/calibration.py`` uses the same objective)."""
+        so a long text's target is what it says of each part; Mamba2's context-extension calibration,
+        ``recemb/core/architectures/mamba2/calibration.py``, uses the same objective)."""
         flat = [c for chunks in chunked for c in chunks]
         vecs = self.embed(flat)
         out, start = np.zeros((len(chunked), vecs.shape[1]), np.float32), 0
