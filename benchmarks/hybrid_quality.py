@@ -148,7 +148,7 @@ class PassageConfig:
 
 def parse_passages(spec: str) -> list[PassageConfig]:
     """'none,256:32:0,default' -> the three settings, in that order; a repeated setting is an error."""
-    from recemb_integrations.qdrant import check_passage_settings
+    from recemb_integrations.qdrant.record import check_passage_settings
 
     out: list[PassageConfig] = []
     for part in filter(None, (p.strip().lower() for p in spec.split(","))):
@@ -311,8 +311,7 @@ def pipeline_search(store, name: str, model, bm25, queries: list[str], limit: in
     """Every query as recemb's default hybrid search asks the store (its default fusion, prefetch and RRF_K), the
     query embedded by all-MiniLM-L6-v2 one at a time; dense-only (counted) when it has no BM25 terms. One point per
     document, so a plain ``store.query`` (as QdrantSync searches a collection without passages)."""
-    from recemb_integrations.qdrant import DEFAULT_FUSION, RRF_K
-    from recemb_integrations.qdrant.search import PREFETCH_MIN, PREFETCH_PER_HIT
+    from recemb_integrations.qdrant.search import DEFAULT_FUSION, PREFETCH_MIN, PREFETCH_PER_HIT, RRF_K
     from recemb_integrations.stores import SearchRequest
 
     ranked, dense_only = [], 0

@@ -256,8 +256,7 @@ class PipelineSide:
                 "embedded_tokens": int(sum(min(n + 2, self.model.max_seq_length) for n in lengths))}
 
     def search(self, store, name: str, corpus: dict, limit: int) -> tuple[list[list[str]], int]:
-        from recemb_integrations.qdrant import DEFAULT_FUSION, RRF_K
-        from recemb_integrations.qdrant.search import PREFETCH_MIN, PREFETCH_PER_HIT
+        from recemb_integrations.qdrant.search import DEFAULT_FUSION, PREFETCH_MIN, PREFETCH_PER_HIT, RRF_K
         from recemb_integrations.stores import SearchRequest
 
         ranked, dense_only = [], 0

@@ -52,7 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from recemb_integrations.qdrant import META_KEY, PAYLOAD_INDEXES, REBUILD_SUFFIX, check_collection_name
+from recemb_integrations.qdrant.collection import index_writes
+from recemb_integrations.qdrant.record import META_KEY, REBUILD_SUFFIX, check_collection_name
+from recemb_integrations.qdrant.writes import (
+    CreateCollection,
+    DeletePoints,
+    Optimize,
+    UpdateRecord,
+    Upsert,
+    apply,
+)
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import Store, StoredPoint, as_store
 
@@ -149,15 +158,15 @@ def migrate_collection(source: Store, target: Store, collection: str, target_col
         if found.get("points") == points and isinstance(found.get("checkpoint"), dict):
             checkpoint = found["checkpoint"]  # the source looks unchanged: skip what was copied
             mark["checkpoint"] = checkpoint
-        target.update_metadata(target_collection, _marked(info.metadata, mark))
+        apply(target, target_collection, UpdateRecord(_marked(info.metadata, mark)))
     else:
         threshold = target.threshold_points
         if threshold is not None and points > threshold:
             warnings.warn(f"{target.location} is a {target.kind} store, made for collections of up to some "
                           f"{threshold:,} points; {collection!r} has {points:,}", stacklevel=2)
-        target.create_collection(target_collection, info.dense_size, info.sparse, _marked(info.metadata, mark))
-    for key, schema in PAYLOAD_INDEXES.items():
-        target.create_payload_index(target_collection, key, schema)
+        apply(target, target_collection, CreateCollection(info.dense_size, info.sparse, _marked(info.metadata, mark)))
+    for write in index_writes():
+        apply(target, target_collection, write)
 
     # ---- copy, then tidy what an earlier run copied of points the source no longer has
     show = show_progress_bar if show_progress_bar is not None else points > batch_size
@@ -165,10 +174,8 @@ def migrate_collection(source: Store, target: Store, collection: str, target_col
     if target.count(target_collection) != source.count(collection):
         _prune(source, target, collection, target_collection, batch_size)
 
-    if target.kind == "edge":  # Qdrant Edge builds its HNSW index only when asked
-        target.optimize(target_collection, show_progress_bar=show_progress_bar, force=True)
-    else:
-        target.optimize(target_collection, show_progress_bar=show_progress_bar)
+    # Qdrant Edge builds its HNSW index only when asked
+    apply(target, target_collection, Optimize(force=target.kind == "edge", show_progress_bar=show_progress_bar))
 
     source_digest = target_digest = ""
     rounded = 0
@@ -179,7 +186,7 @@ def migrate_collection(source: Store, target: Store, collection: str, target_col
         _fail(target, target_collection, info.metadata, mark,
               f"collection {collection!r} changed while it was copied (its metadata differs now); run the migration "
               "again, with nothing syncing the source meanwhile")
-    target.update_metadata(target_collection, info.metadata)  # the mark goes: the copy is complete
+    apply(target, target_collection, UpdateRecord(info.metadata))  # the mark goes: the copy is complete
     return MigrationReport(collection=collection, target_collection=target_collection, points=points, copied=copied,
                            resumed=resumed, seconds=time.perf_counter() - start, source_digest=source_digest,
                            target_digest=target_digest, rounded=rounded)
@@ -241,7 +248,7 @@ def _copy(source: Store, target: Store, collection: str, target_collection: str,
             page, next_offset = source.scroll(collection, batch_size, offset=offset, with_payload=True,
                                               with_vectors=True)
             if page:
-                target.upsert(target_collection, page)
+                apply(target, target_collection, Upsert(tuple(page)))
                 copied += len(page)
                 done += len(page)
                 bar.update(len(page))
@@ -252,19 +259,17 @@ def _copy(source: Store, target: Store, collection: str, target_collection: str,
             position = _json_offset(offset)
             if pages % CHECKPOINT_PAGES == 0 and position is not None:  # the pages before it are written (durably)
                 mark["checkpoint"] = {"offset": position, "done": done}
-                target.update_metadata(target_collection, _marked(metadata, mark))
+                apply(target, target_collection, UpdateRecord(_marked(metadata, mark)))
 
 
 def _prune(source: Store, target: Store, collection: str, target_collection: str, batch_size: int) -> None:
     """Delete the target's points the source does not have (copied by an earlier run, deleted from the source since)."""
-    from qdrant_client import models
-
     wanted = {p.id for page in _pages(source, collection, batch_size, with_payload=False, with_vectors=False)
               for p in page}
     extra = [p.id for page in _pages(target, target_collection, batch_size, with_payload=False, with_vectors=False)
              for p in page if p.id not in wanted]
     for i in range(0, len(extra), batch_size):
-        target.delete(target_collection, models.Filter(must=[models.HasIdCondition(has_id=extra[i:i + batch_size])]))
+        apply(target, target_collection, DeletePoints(tuple(extra[i:i + batch_size])))
 
 
 def _verify(source: Store, target: Store, collection: str, target_collection: str, metadata: dict[str, Any],
@@ -347,7 +352,7 @@ def _difference(a: StoredPoint, b: StoredPoint) -> str | None:
 def _fail(target: Store, target_collection: str, metadata: dict[str, Any], mark: dict[str, Any], message: str):
     """Keep the mark, without a checkpoint (the next run copies everything again), and raise."""
     mark.pop("checkpoint", None)
-    target.update_metadata(target_collection, _marked(metadata, mark))
+    apply(target, target_collection, UpdateRecord(_marked(metadata, mark)))
     raise MigrationError(message + ". The target keeps its migration mark: run the migration again to copy it anew")
 
 

@@ -13,8 +13,8 @@ its first pass, read again only to be embedded. Search reads a file again by the
 (``read_recorded``) to show the text around a hit, if the file has not changed since (else it says whether the file
 was deleted or changed).
 
-Nothing here loads a model: listing, reading and hashing files needs none. The main job's ``DocumentSource`` (whose
-module loads the model) is imported only where ``sources`` are built.
+Nothing here loads a model: listing, reading and hashing files needs none. It uses the main job's model-free rooms
+(``DocumentSource``, ``content_hash``), whose package loads lazily (tests/integrations/test_imports.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from recemb_integrations.formats import DOCUMENT_SUFFIXES, FORMAT_SUFFIXES
+from recemb_integrations.qdrant.documents import DocumentSource
+from recemb_integrations.qdrant.points import content_hash as text_hash
 
 __all__ = ["FILE_METADATA_INDEXES", "VIRTUAL_FOLDERS", "FolderSources", "RecordedFile", "clean_id_prefix",
            "document_sources", "file_metadata", "folder_sources", "read_recorded", "read_text", "read_unchanged",
@@ -162,7 +164,6 @@ def document_sources(files: Iterable[Path], ids: Iterable[str], root: str | None
     """One ``recemb_integrations.qdrant.DocumentSource`` per file, under the id at the same position (as many ids as
     files): hashed on the sync's first pass (``text_fingerprint``, in pieces), read again (``read_text``) only if it
     must be embedded. ``root``: the sync root they belong to ("" or "prefix/"; None: not declared)."""
-    from recemb_integrations.qdrant import DocumentSource  # its module loads the model: only once a sync needs it
 
     sources = []
     for f, doc_id in zip(files, ids, strict=True):
@@ -229,7 +230,7 @@ def read_recorded(path: str | os.PathLike[str], content_hash: str) -> RecordedFi
         return RecordedFile("unreadable", why=(e.strerror or str(e)).lower())
     except ValueError as e:  # not UTF-8 (any more), or a document its extractor cannot read
         return RecordedFile("unreadable", why=str(e))
-    return RecordedFile("unchanged", text) if _text_hash(text) == content_hash else RecordedFile("changed")
+    return RecordedFile("unchanged", text) if text_hash(text) == content_hash else RecordedFile("changed")
 
 
 def read_unchanged(path: str | os.PathLike[str], content_hash: str) -> str | None:
@@ -243,16 +244,10 @@ def read_unchanged(path: str | os.PathLike[str], content_hash: str) -> str | Non
 _READ_WHOLE_UP_TO = 1 << 20
 
 
-def _text_hash(text: str) -> str:
-    """``recemb_integrations.qdrant.content_hash``, which cannot be imported here (its package loads the model)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def text_fingerprint(path: Path, piece: int = 1 << 20) -> tuple[str, bool]:
     """(content hash, blank) of a UTF-8 file, read in pieces: valid UTF-8 bytes are the text's own encoding, so their
     hash is ``content_hash(text)`` without the text in memory. ``ValueError`` as ``read_text`` says."""
     import codecs
-    import hashlib
 
     digest, decoder, blank, offset = hashlib.sha256(), codecs.getincrementaldecoder("utf-8")(), True, 0
     head = b""

@@ -5,9 +5,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Folder -> the module name it is installed (or run) as.
-PACKAGES = {"kernels": "recemb.kernels", "core": "recemb.core", "recemb_integrations": "recemb_integrations",
-            "tools": "tools"}
+# The folders checked; each is its import path (recemb/core is recemb.core).
+PACKAGES = ("recemb/kernels", "recemb/core", "recemb_integrations", "tools")
 ADAPTERS = ("recemb_integrations.sentence_transformers", "recemb_integrations.langchain",
             "recemb_integrations.langchain_sparse", "recemb_integrations.llama_index")
 MAIN_JOB = ("recemb_integrations.qdrant", "recemb_integrations.migrate", "recemb_integrations.sparse",
@@ -32,8 +31,7 @@ RULES = [
 
 
 def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = [PACKAGES[rel.parts[0]], *rel.parts[1:]]
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -86,35 +84,22 @@ MODEL_CODE = ("recemb.core", "recemb.kernels", "torch")
 
 
 def test_folder_sources_import_no_model_code():
-    """Listing, reading and hashing files needs no model: sources.py imports no model code, and its one name from the
-    main job, ``DocumentSource`` (whose package loads the model), only inside the function that builds them."""
-    tree = ast.parse((ROOT / "recemb_integrations" / "sources.py").read_text(encoding="utf-8"))
-    in_functions = {id(node) for function in ast.walk(tree)
-                    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in ast.walk(function)}
-    offenders = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported = [(alias.name, None) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported = [(node.module, alias.name) for alias in node.names]
-        else:
-            continue
-        for module, name in imported:
-            main_job = within(module, ("recemb_integrations.qdrant",))
-            if within(module, MODEL_CODE) or (main_job and (name != "DocumentSource" or id(node) not in in_functions)):
-                offenders.append(f"line {node.lineno}: {module}" + (f" {name}" if name else ""))
+    """Listing, reading and hashing files needs no model: sources.py imports no model code, and from the main job
+    only its model-free rooms (``DocumentSource``, ``content_hash``); tests/integrations/test_imports.py checks the
+    same at run time."""
+    offenders = [m for m in imported_modules(ROOT / "recemb_integrations" / "sources.py")
+                 if within(m, MODEL_CODE) or (within(m, ("recemb_integrations.qdrant",)) and not within(m, MODEL_FREE))]
     assert not offenders, "\n".join(offenders)
 
 
 ARCHITECTURE_PACKAGES = ("recemb.core.architectures.mamba2", "recemb.core.architectures.xlstm",
                          "recemb.core.architectures.rwkv7")
 REGISTRY = "recemb.core.architectures.registry"  # imports each package's ARCHITECTURE descriptor, nothing else
-# Who may import an architecture's own classes besides its package and the registry: for Mamba2, its
-# context-extension calibration and the maintainer tool that builds the bundled Mamba2. The engine, the loader,
-# Embedder, the other architectures and the integrations may not.
-ARCHITECTURE_USERS = {"recemb.core.architectures.mamba2": ("recemb.core.calibration", "tools")}
-MAMBA2_MODULES = ("recemb.core.architectures.mamba2",)
-MAMBA2_USERS = (*MAMBA2_MODULES, REGISTRY, *ARCHITECTURE_USERS[MAMBA2_MODULES[0]])
+# Who else may import an architecture's modules, and which: the `recemb calibrate` command, Mamba2's
+# context-extension calibration; the maintainer tool that builds the bundled model, all of Mamba2. The engine, the
+# loader, Embedder, the other architectures and the rest of the integrations may not.
+ARCHITECTURE_USERS = {"recemb_integrations.cli.model": ("recemb.core.architectures.mamba2.calibration",),
+                      "tools": ("recemb.core.architectures.mamba2",)}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -127,34 +112,22 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def architecture_offenders(package: str, users: tuple[str, ...]) -> list[str]:
-    offenders = []
-    for folder in PACKAGES:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            name = module_name(path)
-            if within(name, (package, REGISTRY, *users)):
-                continue
-            offenders += [f"{name} imports {m}" for m in sorted(imported_modules(path)) if within(m, (package,))]
-    return offenders
-
-
-def test_nothing_outside_mamba2_imports_its_classes():
-    offenders = []
-    for folder in PACKAGES:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            name = module_name(path)
-            if within(name, MAMBA2_USERS):
-                continue
-            offenders += [f"{name} imports {m}" for m in sorted(imported_modules(path)) if within(m, MAMBA2_MODULES)]
-    assert not offenders, "\n".join(offenders)
+def architecture_offenders(name: str, imported: set[str]) -> list[str]:
+    """What module ``name`` may not import of ``imported``: an architecture's modules, unless ``name`` is in that
+    architecture's package, is the registry, or is one of ``ARCHITECTURE_USERS`` importing what it may."""
+    if name == REGISTRY:
+        return []
+    own = [p for p in ARCHITECTURE_PACKAGES if within(name, (p,))]
+    allowed = [m for user, modules in ARCHITECTURE_USERS.items() if within(name, (user,)) for m in modules]
+    return [f"{name} imports {m}" for m in sorted(imported)
+            if within(m, ARCHITECTURE_PACKAGES) and not within(m, (*own, *allowed))]
 
 
 def test_each_architecture_is_imported_only_through_the_registry():
-    """Every architecture's classes stay in its package: the rest of the tree reaches it through its descriptor
-    (``recemb.core.architectures.ARCHITECTURES``). Mamba2's users above are the only exceptions."""
-    offenders = []
-    for package in ARCHITECTURE_PACKAGES:
-        offenders += architecture_offenders(package, ARCHITECTURE_USERS.get(package, ()))
+    """Every architecture's modules stay in its package: the rest of the tree reaches it through its descriptor
+    (``recemb.core.architectures.ARCHITECTURES``), except ``ARCHITECTURE_USERS``."""
+    offenders = [hit for folder in PACKAGES for path in sorted((ROOT / folder).rglob("*.py"))
+                 for hit in architecture_offenders(module_name(path), imported_modules(path))]
     assert not offenders, "\n".join(offenders)
 
 
@@ -163,13 +136,19 @@ def test_the_architecture_rule_catches_a_module_import(tmp_path):
     sample.write_text("from recemb.core.architectures import xlstm\nfrom recemb.core import Embedder\n")
     assert "recemb.core.architectures.xlstm" in imported_modules(sample)
     assert within("recemb.core.architectures.xlstm.model", ARCHITECTURE_PACKAGES)
+    assert architecture_offenders("recemb.core.embedder", {"recemb.core.architectures.xlstm"})
+    assert architecture_offenders("recemb.core.architectures.rwkv7.load", {"recemb.core.architectures.mamba2.load"})
+    # the command may import Mamba2's calibration, not its classes
+    assert not architecture_offenders("recemb_integrations.cli.model", {"recemb.core.architectures.mamba2.calibration"})
+    assert architecture_offenders("recemb_integrations.cli.model", {"recemb.core.architectures.mamba2.model"})
 
 
 # The main job's rooms that decide without a model: what a collection recorded, what a sync will do, points as data.
 MODEL_FREE = ("recemb_integrations.qdrant.record", "recemb_integrations.qdrant.errors",
               "recemb_integrations.qdrant.plan", "recemb_integrations.qdrant.points",
               "recemb_integrations.qdrant.documents", "recemb_integrations.qdrant.lengths",
-              "recemb_integrations.qdrant.collection", "recemb_integrations.qdrant.calls")
+              "recemb_integrations.qdrant.collection", "recemb_integrations.qdrant.calls",
+              "recemb_integrations.qdrant.writes", "recemb_integrations.qdrant.rebuild")
 
 
 def test_the_main_jobs_model_free_rooms_import_no_model_code():
@@ -200,7 +179,7 @@ def private_imports(path: Path) -> list[str]:
 
 def test_no_module_imports_a_siblings_private_names(tmp_path):
     # The kernels' Triton stages keep mamba_ssm's names (_chunk_scan_fwd, ...) across their own files: not checked.
-    offenders = [hit for folder in ("core", "recemb_integrations", "tools")
+    offenders = [hit for folder in ("recemb/core", "recemb_integrations", "tools")
                  for path in sorted((ROOT / folder).rglob("*.py")) for hit in private_imports(path)]
     assert not offenders, "\n".join(offenders)
     probe = ROOT / "recemb_integrations" / "probe_private.py"  # the rule itself catches one
@@ -213,10 +192,29 @@ def test_no_module_imports_a_siblings_private_names(tmp_path):
 
 
 def test_every_public_module_declares_its_public_names():
-    missing = [str(path.relative_to(ROOT)) for folder in ("core", "kernels", "recemb_integrations")
+    missing = [str(path.relative_to(ROOT)) for folder in ("recemb/core", "recemb/kernels", "recemb_integrations")
                for path in sorted((ROOT / folder).rglob("*.py"))
                if (path.name == "__init__.py" or not path.name.startswith("_"))
                and "__all__" not in {getattr(t, "id", None) for node in ast.parse(path.read_text(encoding="utf-8")).body
                                      if isinstance(node, (ast.Assign, ast.AnnAssign))
                                      for t in (node.targets if isinstance(node, ast.Assign) else [node.target])}]
     assert not missing, "no __all__ in: " + ", ".join(missing)
+
+
+# What changes a store: every call of these goes through recemb_integrations.qdrant.writes.apply.
+STORE_WRITES = ("upsert", "delete", "set_payload", "create_collection", "create_payload_index", "update_metadata",
+                "delete_collection", "optimize")
+
+
+def test_every_change_of_the_main_job_goes_through_the_one_apply_step():
+    """The plan, the writer, the collection's preparation, a rebuild and a migration make ``writes`` values; only
+    ``writes.apply`` calls (or names) a store's writing methods."""
+    offenders = []
+    for path in [*(ROOT / "recemb_integrations" / "qdrant").glob("*.py"), ROOT / "recemb_integrations" / "migrate.py",
+                 ROOT / "recemb_integrations" / "ray.py"]:
+        if path.name == "writes.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in STORE_WRITES:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    assert not offenders, "\n".join(offenders)

@@ -41,7 +41,7 @@ def add_migrate_command(commands) -> None:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from recemb_integrations.migrate import MigrationError, migrate_collection
-    from recemb_integrations.qdrant import check_collection_name
+    from recemb_integrations.qdrant.record import check_collection_name
     from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError, open_store
 
     check_collection_name(args.collection)

@@ -37,14 +37,9 @@ def add_search_command(commands) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from recemb_integrations.qdrant import (
-        MAX_SEARCH_LIMIT,
-        QdrantSync,
-        SearchNotice,
-        check_collection_name,
-        interrupted_rebuild_hint,
-        read_record,
-    )
+    from recemb_integrations.qdrant import MAX_SEARCH_LIMIT, QdrantSync, SearchNotice, read_record
+    from recemb_integrations.qdrant.rebuild import interrupted_rebuild_hint
+    from recemb_integrations.qdrant.record import check_collection_name
 
     check_collection_name(args.collection)
     if not args.query.strip():
@@ -60,12 +55,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             hint = interrupted_rebuild_hint(store, args.collection)
             raise CommandError(f"collection {args.collection!r} does not exist in {where}; "
                                + (hint or "run `recemb sync` first"))
-        if args.mode in ("hybrid", "sparse") and record.data.get("sparse") is None:
-            raise CommandError(f"collection {args.collection!r} has no BM25 vectors (it was built dense-only); "
-                               "search it with --mode dense, or rebuild it with `recemb sync --rebuild`")
-        if args.granularity == "passage" and not record.settings.passage_tokens:
-            raise CommandError(f"collection {args.collection!r} has no passages (it was synced without "
-                               "--passage-tokens); search documents instead")
+        if (refusal := record.search_refusal(args.mode, args.granularity)) is not None:
+            raise CommandError(refusal)  # before the model loads
         # The collection's own model unless one is named: search needs no flag the sync had.
         embedder = resources.load_embedder(args, model=record.model)
         with warnings.catch_warnings(record=True) as notes:
@@ -106,7 +97,7 @@ def _hit_lines(hit, evidence) -> str:
 
 def _parse_filter(spec: str) -> tuple[str, object]:
     """KEY=VALUE: VALUE is read as JSON where it parses (numbers, true/false, lists), as a string otherwise."""
-    from recemb_integrations.qdrant import metadata_condition
+    from recemb_integrations.qdrant.search import metadata_condition
 
     if "=" not in spec or not spec.split("=", 1)[0]:
         raise CommandError(f"--filter {spec!r}: expected KEY=VALUE")

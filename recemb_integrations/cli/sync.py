@@ -78,20 +78,20 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """parse -> sources -> store -> the record, read once -> settings, reconciled once (no model yet) -> one scan
     -> the model -> the sync, given the record and the scan."""
     from recemb_integrations.qdrant import (
+        NO_PASSAGES,
         CollectionMismatchError,
+        InvalidSetting,
         NothingReadableError,
         QdrantSync,
         RebuildError,
         RequestedSettings,
         SettingsConflict,
-        StoreCalls,
-        check_collection_name,
-        choose_passages,
-        owned_ids,
         read_record,
-        reconcile_settings,
-        scan_documents,
     )
+    from recemb_integrations.qdrant.calls import StoreCalls
+    from recemb_integrations.qdrant.collection import scan_documents
+    from recemb_integrations.qdrant.points import owned_ids
+    from recemb_integrations.qdrant.record import check_collection_name, decide_settings
 
     check_collection_name(args.collection)
     if args.rebuild and args.keep_missing:
@@ -115,31 +115,26 @@ def cmd_sync(args: argparse.Namespace) -> int:
     store, where = resources.open_qdrant(args)
     with closing(store):
         record = read_record(store, args.collection)
-        passage_tokens = 0 if args.no_passages else args.passage_tokens
-        requested = RequestedSettings(passage_tokens, args.passage_overlap, args.max_tokens,
-                                      sparse=not args.dense_only, passages_above=args.passages_above,
+        requested = RequestedSettings(passage_tokens=NO_PASSAGES if args.no_passages else args.passage_tokens,
+                                      passage_overlap=args.passage_overlap, passages_above=args.passages_above,
+                                      max_tokens=args.max_tokens, sparse=False if args.dense_only else None,
                                       store_text=args.store_text)
-        try:
-            settings = reconcile_settings(record, requested, rebuild=args.rebuild)
+        try:  # the one decision, worded here in the command's flags
+            settings = decide_settings(record, requested, rebuild=args.rebuild)
         except SettingsConflict as e:
             raise CommandError(_conflict_message(args.collection, e, args)) from None
+        except InvalidSetting as e:
+            raise CommandError(_invalid_message(e)) from None
         except CollectionMismatchError as e:
             raise CommandError(str(e)) from None
-        except ValueError:  # impossible passages, from the flags or from the flags with the collection's
-            kept = record.settings if record is not None else None
-            tokens, overlap, _ = choose_passages(kept, passage_tokens, args.passage_overlap, args.passages_above)
-            raise CommandError(f"--passage-overlap {overlap} must be smaller than --passage-tokens {tokens}") from None
-        if settings.passage_tokens is None and (args.passage_overlap or args.passages_above):
-            flag = "--passage-overlap" if args.passage_overlap else "--passages-above"
-            raise CommandError(f"{flag} needs passages, which are off for this collection")
         stored = scan_documents(StoreCalls(store), args.collection) if record is not None else None
         allow_mass_delete = args.allow_mass_delete
         if stored is not None:
             allow_mass_delete = _check_id_scheme(args, stored.documents, sources) or allow_mass_delete
         # An existing collection's own model unless one is named, as for search.
         embedder = resources.load_embedder(args, model=record.model if record else None)
-        sync = QdrantSync(store, args.collection, embedder, batch_size=args.batch_size,
-                          index_metadata=FILE_METADATA_INDEXES, record=record, **settings.as_kwargs())
+        sync = QdrantSync(store, args.collection, embedder, settings, batch_size=args.batch_size,
+                          index_metadata=FILE_METADATA_INDEXES, record=record)
         try:
             report = sync.sync(sources.sources, delete_missing=not (args.keep_missing or files_only),
                                allow_mass_delete=allow_mass_delete, skip_empty=args.skip_empty,
@@ -226,6 +221,16 @@ def _ray_executor(args: argparse.Namespace):
 
 FLAGS = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap",
          "passages_above": "--passages-above", "max_tokens": "--max-tokens"}
+
+
+def _invalid_message(invalid) -> str:
+    """An impossible setting in the command's words."""
+    flag = FLAGS.get(invalid.key, invalid.key)
+    if invalid.key in ("passage_overlap", "passages_above") and invalid.passage_tokens is None:
+        return f"{flag} needs passages, which are off for this collection"
+    if invalid.key == "passage_overlap":
+        return f"--passage-overlap {invalid.value} must be smaller than --passage-tokens {invalid.passage_tokens}"
+    return f"{flag} {invalid.value}: {invalid}"
 
 
 def _conflict_message(collection: str, conflict, args: argparse.Namespace) -> str:

@@ -22,87 +22,56 @@ Invariants that make a killed sync safe to re-run:
   after all of the batch's passages);
 - every write waits for acknowledgement (``wait=True``) and transient server errors are retried;
 - the collection's model, dimension and distance are checked before the first write;
-- a sync that would delete most of a collection stops before its first write unless told it is intended;
+- a sync that would delete half or more of what it manages stops before its first write unless told it is intended;
 - every point records the root (``scope``) whose sync wrote it, and a sync deletes or overwrites only its own root's.
 
-The package's rooms, in the order a sync passes through them: ``record`` (what a collection recorded, checked
-without a model), ``documents`` (the first pass), ``collection`` (one scan of the points), ``plan`` (what to add,
-re-embed, delete), ``writer`` (embedding and the writes, run by an executor), ``rebuild`` and ``search``;
-``QdrantSync`` (``sync``) runs them.
+The package's rooms, in the order a sync passes through them: ``record`` (what a collection recorded and the one
+decision of a sync's settings; pure), ``documents`` (the first pass), ``collection`` (the record read, the
+collection prepared, one scan of its points), ``plan`` (what to add, re-embed, delete; pure), ``writer``
+(embedding, run by an executor), ``writes`` (every change as data, and the one step that applies it), ``rebuild``
+and ``search``; ``QdrantSync`` (``sync``) runs them. The package loads lazily: ``record``, ``plan``, ``points``,
+``documents`` and ``writes`` import neither the model nor qdrant-client (tests/integrations/test_imports.py).
 
 Documents of any length take bounded memory: long ones are tokenized in windows and embedded as a stream, and
 their passages come from the same stream (``recemb.core.Embedder.tokenize_stream``).
 """
 
-from recemb_integrations.qdrant.calls import Delete, StoreCalls, Upsert, Write
-from recemb_integrations.qdrant.collection import (
-                                                   collection_settings,
-                                                   interrupted_rebuild_hint,
-                                                   read_record,
-                                                   scan_documents,
-)
-from recemb_integrations.qdrant.documents import Document, DocumentSource, SearchHit, SyncReport, WriteOutcome
-from recemb_integrations.qdrant.errors import (
-                                                   CollectionMismatchError,
-                                                   MassDeletionError,
-                                                   NothingReadableError,
-                                                   RebuildError,
-                                                   SearchNotice,
-                                                   SettingsConflict,
-)
-from recemb_integrations.qdrant.plan import MASS_DELETE_FRACTION, StoredDocuments
-from recemb_integrations.qdrant.points import (
-                                                   KIND_DOCUMENT,
-                                                   KIND_PASSAGE,
-                                                   PAYLOAD_INDEXES,
-                                                   ROOT_KEY,
-                                                   PassageWindows,
-                                                   content_hash,
-                                                   describe_root,
-                                                   model_fingerprint,
-                                                   owned_ids,
-                                                   point_id,
-                                                   scope_root,
-)
-from recemb_integrations.qdrant.record import (
-                                                   DEFAULT_PASSAGE_OVERLAP,
-                                                   DEFAULT_PASSAGE_TOKENS,
-                                                   DEFAULT_PASSAGES_ABOVE,
-                                                   LAYOUT_VERSION,
-                                                   META_KEY,
-                                                   REBUILD_SUFFIX,
-                                                   CollectionRecord,
-                                                   RequestedSettings,
-                                                   SyncSettings,
-                                                   check_collection_name,
-                                                   check_passage_settings,
-                                                   choose_passages,
-                                                   layout_version,
-                                                   legacy_hybrid_refusal,
-                                                   reconcile_settings,
-                                                   recorded_layout,
-)
-from recemb_integrations.qdrant.search import (
-                                                   DEFAULT_FUSION,
-                                                   FUSIONS,
-                                                   MAX_SEARCH_LIMIT,
-                                                   RRF_K,
-                                                   SEARCH_MODES,
-                                                   metadata_condition,
-)
-from recemb_integrations.qdrant.sync import QdrantSync
-from recemb_integrations.qdrant.writer import DocumentWriter, Executor, LocalExecutor, WriteJob
+from __future__ import annotations
 
-__all__ = [
-    "CollectionMismatchError", "CollectionRecord", "DEFAULT_FUSION", "Delete", "Document", "DocumentSource",
-    "DocumentWriter", "Executor", "FUSIONS", "KIND_DOCUMENT", "KIND_PASSAGE", "LAYOUT_VERSION", "LocalExecutor",
-    "MASS_DELETE_FRACTION", "MAX_SEARCH_LIMIT", "META_KEY", "MassDeletionError", "NothingReadableError",
-    "PAYLOAD_INDEXES", "PassageWindows", "QdrantSync", "REBUILD_SUFFIX", "ROOT_KEY", "RRF_K", "RebuildError",
-    "RequestedSettings", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "DEFAULT_PASSAGES_ABOVE",
-    "choose_passages", "SEARCH_MODES",
-    "SearchHit", "SearchNotice", "SettingsConflict", "StoreCalls",
-    "StoredDocuments", "SyncReport", "SyncSettings", "Upsert", "Write", "WriteJob", "WriteOutcome",
-    "check_collection_name", "check_passage_settings", "collection_settings", "content_hash", "describe_root",
-    "interrupted_rebuild_hint", "layout_version", "legacy_hybrid_refusal", "metadata_condition", "model_fingerprint",
-    "owned_ids", "point_id", "read_record", "reconcile_settings", "recorded_layout", "scan_documents", "scope_root",
-]
+import importlib
+from typing import Any
+
+# What users call, and the module each lives in: loaded when first asked for, so importing a model-free room (or
+# this package) loads neither torch nor qdrant-client.
+_EXPORTS = {
+    "QdrantSync": "sync",
+    "Document": "documents", "DocumentSource": "documents", "SyncReport": "documents", "SearchHit": "documents",
+    "WriteOutcome": "documents",
+    "SyncSettings": "record", "RequestedSettings": "record", "CollectionRecord": "record", "NO_PASSAGES": "record",
+    "DEFAULT_PASSAGE_TOKENS": "record", "DEFAULT_PASSAGE_OVERLAP": "record", "DEFAULT_PASSAGES_ABOVE": "record",
+    "read_record": "collection", "collection_settings": "collection",
+    "CollectionMismatchError": "errors", "SettingsConflict": "errors", "InvalidSetting": "errors",
+    "MassDeletionError": "errors", "NothingReadableError": "errors", "RebuildError": "errors",
+    "SearchNotice": "errors",
+    "Executor": "writer", "LocalExecutor": "writer", "WriteJob": "writer", "DocumentWriter": "writer",
+    "content_hash": "points", "point_id": "points", "model_fingerprint": "points",
+    "DEFAULT_FUSION": "search", "MAX_SEARCH_LIMIT": "search",
+}
+_ROOMS = ("calls", "collection", "documents", "errors", "lengths", "plan", "points", "rebuild", "record", "search",
+          "sync", "writer", "writes")
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in _ROOMS:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_ROOMS])

@@ -1,37 +1,18 @@
-"""How the main job calls a store: serialised (local mode is not thread-safe), transient server errors retried,
-and the writes of a sync's second pass as data (``Upsert``, ``Delete``), so they can be made on one machine and
-sent from another (``recemb_integrations.ray``)."""
+"""How the main job calls a store: serialised (local mode is not thread-safe), transient server errors retried.
+Writes go through ``StoreCalls.apply`` (``writes.apply``: every change as data); reads are called as they are."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from recemb_integrations._imports import require
-from recemb_integrations.stores import Store, StoredPoint
+from recemb_integrations.qdrant.writes import Write, apply
+from recemb_integrations.stores import Store
 
 _tenacity = require("tenacity", "qdrant")
 
-__all__ = ["Delete", "StoreCalls", "Upsert", "Write", "is_transient"]
-
-
-@dataclass(frozen=True)
-class Upsert:
-    """Write these points (each overwrites the point of its id)."""
-
-    points: tuple[StoredPoint, ...]
-
-
-@dataclass(frozen=True)
-class Delete:
-    """Delete the points that match this qdrant-client ``Filter``."""
-
-    filter: Any
-
-
-Write = Upsert | Delete
+__all__ = ["StoreCalls", "is_transient"]
 
 
 def is_transient(error: BaseException) -> bool:
@@ -64,11 +45,6 @@ class StoreCalls:
         with self._lock:
             return self.retrying(fn, *args, **kwargs)
 
-    def write(self, collection: str, write: Write) -> None:
-        """Send one write of a sync's second pass."""
-        if isinstance(write, Upsert):
-            self(self.store.upsert, collection, list(write.points))
-        elif isinstance(write, Delete):
-            self(self.store.delete, collection, write.filter)
-        else:
-            raise TypeError(f"not a write: {write!r}")
+    def apply(self, collection: str, write: Write) -> None:
+        """Make one write (``writes.apply``), retried as any call."""
+        self(apply, self.store, collection, write)

@@ -1,21 +1,30 @@
-"""Reading a collection: its record and, in one scan, what its points hold. These touch the store and nothing
-else; what the answers mean is decided in ``record`` and ``plan``."""
+"""A collection as a sync or a search finds it: its record read, the collection prepared for a sync (created, or
+checked and brought up to date) and, in one scan, what its points hold. These read the store; what the answers
+mean is decided in ``record`` and ``plan``, and every change they make goes through ``StoreCalls.apply``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recemb_integrations._imports import require
 from recemb_integrations.qdrant.calls import StoreCalls
+from recemb_integrations.qdrant.lengths import choose_bm25_settings
 from recemb_integrations.qdrant.plan import StoredDocuments
-from recemb_integrations.qdrant.points import KIND_DOCUMENT, ROOT_KEY, match
-from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REBUILD_SUFFIX, CollectionRecord
-from recemb_integrations.stores import Store, as_store
+from recemb_integrations.qdrant.points import KIND_DOCUMENT, PAYLOAD_INDEXES, ROOT_KEY, match
+from recemb_integrations.qdrant.record import (
+    CollectionRecord,
+    ModelFacts,
+    RequestedSettings,
+    SyncSettings,
+    decide_settings,
+)
+from recemb_integrations.qdrant.writes import CreateCollection, CreateIndex, UpdateRecord, Write
+from recemb_integrations.stores import KEYWORD, Store, as_store
 
-models = require("qdrant_client.models", "qdrant")
-
-__all__ = ["collection_settings", "interrupted_rebuild_hint", "read_record", "scan_documents"]
+__all__ = ["Prepared", "collection_settings", "existing_collection_writes", "index_writes", "new_collection_writes",
+           "prepare_collection", "read_record", "scan_documents"]
 
 SCAN_PAGE = 512  # points per scroll request of a scan
 
@@ -31,6 +40,7 @@ def read_record(store: Store | Any, collection: str, calls: StoreCalls | None = 
     info = call(store.collection_info, collection)
     record = CollectionRecord.parse(info.metadata, collection, info.dense_size)
     if "store_text" not in record.data:  # an earlier recemb did not record it: its points say
+        models = require("qdrant_client.models", "qdrant")
         documents = models.Filter(must=[match("kind", KIND_DOCUMENT)])
         if call(store.count, collection, documents):
             with_text = models.Filter(must=[match("kind", KIND_DOCUMENT)],
@@ -49,6 +59,72 @@ def collection_settings(store: Store | Any, collection: str) -> dict[str, Any] |
     return CollectionRecord.parse(store.collection_info(collection).metadata, collection).as_dict()
 
 
+# ---------------------------------------------------------------------- preparing a collection for a sync
+@dataclass(frozen=True)
+class Prepared:
+    """A collection ready for a sync: its record (as it will be once ``writes`` are made) and the settings the sync
+    runs with."""
+
+    record: CollectionRecord
+    settings: SyncSettings
+    writes: tuple[Write, ...] = ()
+
+
+def index_writes(index_metadata: Mapping[str, str] = ()) -> list[Write]:
+    """The payload indexes of every recemb collection (the fields a sync and a search filter by) and of the metadata
+    keys ``index_metadata`` names ({key: "keyword" | "integer"})."""
+    return [CreateIndex(key, schema) for key, schema in
+            {**PAYLOAD_INDEXES, **{f"metadata.{k}": v for k, v in dict(index_metadata).items()}}.items()]
+
+
+def new_collection_writes(collection: str, settings: SyncSettings, model: ModelFacts, bm25: Mapping[str, Any] | None,
+                          index_metadata: Mapping[str, str], version: str) -> Prepared:
+    """A collection to create (pure): its record, with the BM25 settings ``bm25`` where it has BM25 vectors."""
+    record = CollectionRecord.new(collection, model, settings, bm25 if settings.sparse else None, version)
+    return Prepared(record, settings, (CreateCollection(model.dim, settings.sparse, record.metadata()),
+                                       *index_writes(index_metadata)))
+
+
+def existing_collection_writes(record: CollectionRecord, requested: RequestedSettings, model: ModelFacts,
+                               index_metadata: Mapping[str, str]) -> Prepared:
+    """An existing collection checked for a sync with ``model`` and ``requested`` (pure): the settings it runs with
+    (``decide_settings``; a conflict raises), indexes on metadata keys named since it was made, and what an earlier
+    recemb did not record (roots on points, ``store_text``), recorded once."""
+    record.check_model(model, for_sync=True)
+    settings = decide_settings(record, requested)
+    writes: list[Write] = [CreateIndex(f"metadata.{k}", v) for k, v in dict(index_metadata).items()]
+    if not record.data.get("point_roots"):  # made before points recorded their root: index it once
+        writes.append(CreateIndex(ROOT_KEY, KEYWORD))
+        record = replace(record.updated(point_roots=True), persisted=False)
+    if record.data.get("store_text") is None:  # an empty collection that never recorded it: from now on
+        record = replace(record.updated(store_text=settings.store_text), persisted=False)
+    if not record.persisted:
+        record = replace(record, persisted=True)
+        writes.append(UpdateRecord(record.metadata()))
+    return Prepared(record, settings, tuple(writes))
+
+
+def prepare_collection(calls: StoreCalls, collection: str, record: CollectionRecord | None,
+                       requested: RequestedSettings, model: ModelFacts, index_metadata: Mapping[str, str],
+                       version: str, documents: Iterable[Any] = (), tokenizer: Any = None,
+                       settings: SyncSettings | None = None) -> Prepared:
+    """Create the collection (``record`` None: it does not exist; its BM25 average lengths sampled from
+    ``documents``, passage lengths measured with ``tokenizer``), or check and bring up to date the one ``record``
+    describes; its writes applied. Nothing is written when a check fails. ``settings``: the settings ``requested``
+    names whole, if so: a new collection takes them as they are (decided already)."""
+    if record is None:
+        settings = settings or decide_settings(None, requested)
+        bm25 = choose_bm25_settings(documents, settings.sparse_language, tokenizer, settings.passage_tokens) \
+            if settings.sparse else None
+        prepared = new_collection_writes(collection, settings, model, bm25, index_metadata, version)
+    else:
+        prepared = existing_collection_writes(record, requested, model, index_metadata)
+    for write in prepared.writes:
+        calls.apply(collection, write)
+    return prepared
+
+
+# ---------------------------------------------------------------------- what the points hold
 def scan_documents(calls: StoreCalls, collection: str) -> StoredDocuments:
     """One pass over every point of the collection: each document point's hash and metadata, and every document id
     with the root that wrote it."""
@@ -70,17 +146,3 @@ def scan_documents(calls: StoreCalls, collection: str) -> StoredDocuments:
                 documents[doc_id] = (payload.get("content_hash"), payload.get("metadata"))
         if offset is None:
             return StoredDocuments(documents, seen)
-
-
-def interrupted_rebuild_hint(store: Store | Any, collection: str) -> str | None:
-    """What to do when a collection is missing because a rebuild stopped between dropping it and refilling it."""
-    store = as_store(store)
-    staging = collection + REBUILD_SUFFIX
-    if len(staging) > MAX_COLLECTION_NAME or not store.collection_exists(staging):
-        return None
-    staged = store.collection_info(staging).metadata.get(META_KEY) or {}
-    if (staged.get("rebuild") or {}).get("state") != "staged":
-        return None
-    return (f"a rebuild was interrupted before it put the new collection in place. Run the sync again "
-            f"(`recemb sync --rebuild ...` or any sync of it) to finish it; the rebuilt points are kept in "
-            f"{staging!r}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CollectionMismatchError", "MassDeletionError", "NothingReadableError", "RebuildError", "SearchNotice",
-           "SettingsConflict"]
+__all__ = ["CollectionMismatchError", "InvalidSetting", "MassDeletionError", "NothingReadableError", "RebuildError",
+           "SearchNotice", "SettingsConflict"]
 
 
 class CollectionMismatchError(ValueError):
@@ -18,6 +18,16 @@ class SettingsConflict(CollectionMismatchError):
     def __init__(self, message: str, key: str, recorded: Any, requested: Any):
         super().__init__(message)
         self.key, self.recorded, self.requested = key, recorded, requested
+
+
+class InvalidSetting(ValueError):
+    """A setting no collection can have: ``key`` (its keyword name) with ``value``; ``passage_tokens``: the passage
+    length it was judged against (an overlap must be shorter), None where passages are off (an overlap or a
+    threshold then has nothing to apply to)."""
+
+    def __init__(self, message: str, key: str, value: Any, passage_tokens: int | None = None):
+        super().__init__(message)
+        self.key, self.value, self.passage_tokens = key, value, passage_tokens
 
 
 class MassDeletionError(ValueError):

@@ -1,6 +1,7 @@
 """A sync's plan, from the documents given and what the collection holds: what to add, re-embed, rewrite the
 metadata of, leave, stamp with its root and delete, and the guard against deleting most of a collection. Pure:
-the collection's state comes in as data (``StoredDocuments``, one scan), the plan goes out as data."""
+the collection's state comes in as data (``StoredDocuments``, one scan), the plan goes out as data: the documents
+to embed, and every other change as ``writes`` (applied before and after the embedding)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from typing import Any
 from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import MassDeletionError
 from recemb_integrations.qdrant.points import foreign_id_message, owned_ids
+from recemb_integrations.qdrant.writes import DeleteDocuments, SetMetadata, StampRoot, Write
 
-__all__ = ["MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync", "sources_root",
-           "stale_ids"]
+__all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync",
+           "sources_root", "stale_ids"]
+
+DELETE_BATCH = 256  # documents deleted (or stamped) per write
 
 # A sync may delete less than this fraction of the documents it manages without allow_mass_delete, at any size:
 # one file named out of a folder of two, or a mistyped path into a small collection, must not empty it.
@@ -36,14 +40,16 @@ class StoredDocuments:
 
 @dataclass(frozen=True)
 class SyncPlan:
-    """What a sync will do. ``to_embed``: (entry, "added" | "updated"), in the documents' order."""
+    """What a sync will do. ``to_embed``: (entry, "added" | "updated"), in the documents' order; ``before``: the
+    writes made before the embedding (metadata rewritten, roots stamped), ``after``: those made after it (what is
+    gone, deleted)."""
 
     to_embed: list[tuple[DocumentEntry, str]]
-    metadata_updates: list[DocumentEntry]  # text unchanged, metadata changed: rewritten, not embedded
+    before: tuple[Write, ...]
+    after: tuple[Write, ...]
+    metadata_updated: int  # text unchanged, metadata changed: rewritten, not embedded
     unchanged: int
-    unstamped: list[str]  # unchanged documents written before points recorded their root: to stamp
-    stale: list[str]  # stored document ids of this root that are gone: to delete
-    deleted: int  # of those, the ones with a document point (what the report counts)
+    deleted: int  # documents deleted that had their own point (what the report counts)
     failed: list[tuple[str, str]]  # documents another root stores: not synced
     warnings: list[tuple[str, str]]  # blank documents left out
 
@@ -127,11 +133,14 @@ def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[Docu
             if seen.get(entry.id) is None:
                 unstamped.append(entry.id)
             if old[1] != entry.metadata:
-                metadata_updates.append(entry)
+                metadata_updates.append(SetMetadata(entry.id, entry.metadata))
             else:
                 unchanged += 1
             continue
         to_embed.append((entry, "updated" if old is not None else "added"))
-    return SyncPlan(to_embed=to_embed, metadata_updates=metadata_updates, unchanged=unchanged, unstamped=unstamped,
-                    stale=stale, deleted=len([d for d in stale if d in existing]),
+    stamps = [StampRoot(tuple(unstamped[i:i + DELETE_BATCH]), root) for i in range(0, len(unstamped), DELETE_BATCH)]
+    deletes = [DeleteDocuments(tuple(stale[i:i + DELETE_BATCH]), root) for i in range(0, len(stale), DELETE_BATCH)]
+    return SyncPlan(to_embed=to_embed, before=(*metadata_updates, *stamps), after=tuple(deletes),
+                    metadata_updated=len(metadata_updates), unchanged=unchanged,
+                    deleted=len([d for d in stale if d in existing]),
                     failed=[(e.id, foreign_id_message(seen[e.id], root)) for e in foreign], warnings=warnings)

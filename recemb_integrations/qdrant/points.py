@@ -14,11 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recemb_integrations._imports import require
-from recemb_integrations.qdrant.record import check_passage_settings
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR
-
-models = require("qdrant_client.models", "qdrant")
 
 __all__ = ["ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows", "ROOT_KEY", "Span",
            "content_hash", "describe_root", "document_payload", "foreign_id_message", "match", "model_fingerprint",
@@ -55,7 +52,9 @@ def model_fingerprint(embedder: Any) -> str:
 
 
 def match(key: str, value: Any):
-    """The condition ``key == value`` on a payload field."""
+    """The condition ``key == value`` on a payload field (qdrant-client is imported here, when a condition is made:
+    this module's data needs none of it)."""
+    models = require("qdrant_client.models", "qdrant")
     return models.FieldCondition(key=key, match=models.MatchValue(value=value))
 
 
@@ -106,7 +105,10 @@ class PassageWindows:
     text so far ends). Without spans, windows are bare id lists."""
 
     def __init__(self, size: int, overlap: int, eos_token_id: int):
-        check_passage_settings(size, overlap)
+        # What SyncSettings guarantees (record.check_passage_settings); asked again here because windows are cut
+        # from these two numbers alone.
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= overlap < size:
+            raise ValueError(f"passage windows need 0 <= overlap < size, got size {size!r}, overlap {overlap!r}")
         self.size, self.overlap, self.step, self.eos = size, overlap, size - overlap, eos_token_id
         self._buffer: list[int] = []  # ids from absolute position self._base on
         self._spans: list[Span] | None = None  # their spans, when given

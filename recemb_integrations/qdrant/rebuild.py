@@ -9,135 +9,128 @@ crash at any point:
 
 A sync or rebuild that finds the marks of an interrupted step 3 finishes it first; a search refuses until then.
 Documents that fail stop the rebuild before step 2 (``RebuildError``): their old versions are kept.
+
+This module holds the rebuild's own rules and steps; ``QdrantSync`` runs them, syncing step 1 with its own first
+pass (the documents are read and hashed once). Every change is a ``writes`` value applied through ``StoreCalls``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from recemb_integrations.qdrant.collection import read_record
-from recemb_integrations.qdrant.documents import SyncReport, read_entries
-from recemb_integrations.qdrant.errors import CollectionMismatchError, RebuildError
-from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, sources_root, stale_ids
-from recemb_integrations.qdrant.record import (
-    MAX_COLLECTION_NAME,
-    META_KEY,
-    REBUILD_SUFFIX,
-    CollectionRecord,
-    check_collection_name,
-)
-from recemb_integrations.stores import StoredPoint
+from recemb_integrations.qdrant.calls import StoreCalls
+from recemb_integrations.qdrant.collection import index_writes, read_record
+from recemb_integrations.qdrant.documents import DocumentEntry, SyncReport
+from recemb_integrations.qdrant.errors import RebuildError
+from recemb_integrations.qdrant.plan import StoredDocuments, stale_ids
+from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REBUILD_SUFFIX, CollectionRecord
+from recemb_integrations.qdrant.writes import CreateCollection, DropCollection, Optimize, UpdateRecord, Upsert
+from recemb_integrations.stores import Store, StoredPoint, as_store
 
-if TYPE_CHECKING:
-    from recemb_integrations.qdrant.sync import QdrantSync
-
-__all__ = ["COPY_PAGE", "finish_interrupted_rebuild", "rebuild"]
+__all__ = ["COPY_PAGE", "finish_interrupted_rebuild", "interrupted_rebuild_hint", "mark_staged", "rebuild_deletions",
+           "staged_rebuild", "staging_name", "swap"]
 
 COPY_PAGE = 256  # points per request when the staged points are copied into place
 
 
-def rebuild(sync: QdrantSync, documents: list, show_progress_bar: bool | None,
-            on_document: Callable[[str, str], None] | None, keep_ids: Iterable[str], allow_mass_delete: bool,
-            skip_empty: bool, executor: Any = None, stored: StoredDocuments | None = None) -> SyncReport:
-    """Rebuild ``sync``'s collection from ``documents`` with its settings (see the module's docstring). ``stored``:
-    a scan of the old collection, if the caller made one."""
-    root = sources_root(None, (getattr(d, "root", None) for d in documents))
-    if root:
-        raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
-                         "(found with an id prefix); rebuild from sources without one; nothing was written")
-    if finish_interrupted_rebuild(sync):  # the collection was rebuilt already: bring it up to date
-        return sync.sync(documents, show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=keep_ids,
-                         allow_mass_delete=allow_mass_delete, skip_empty=skip_empty, executor=executor)
-    calls, collection = sync.calls, sync.collection
-    staging = check_collection_name(collection + REBUILD_SUFFIX)
-    entries, bad = read_entries(documents)
-    stale: list[str] = []
-    if read_record(sync.store, collection, calls) is not None:  # (a collection not made by recemb is refused)
-        stored = stored if stored is not None else sync.scan()
-        entries, left_out, _ = check_empty(entries, skip_empty)
-        emptied = [e.id for e in left_out if e.id in stored.documents]
-        if emptied:  # the rebuilt collection would not hold them: their stored versions would be lost
-            raise RebuildError(
-                f"{len(emptied)} stored documents are empty now ({emptied[0]}) and skip_empty (--skip-empty) "
-                f"leaves them out, so a rebuild would lose their stored versions; collection {collection!r} "
-                "was not touched. Rebuild without --skip-empty (they are stored empty), or remove the files.",
-                SyncReport())
-        stale = stale_ids(collection, set(stored.seen), entries, bad, keep_ids, allow_mass_delete)
-        stale = [d for d in stale if d in stored.documents]
-    options = dict(show_progress_bar=show_progress_bar, on_document=on_document, allow_mass_delete=True,
-                   skip_empty=skip_empty, executor=executor)
-    try:
-        report = sync.like(staging).sync(documents, **options)
-    except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
-        # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
-        read_record(sync.store, staging, calls)
-        calls(sync.store.delete_collection, staging)
-        report = sync.like(staging).sync(documents, **options)
-    unreadable = sorted(set(keep_ids))
-    if report.failed or unreadable:
-        failed = report.failed + [(d, "could not be read") for d in unreadable]
-        raise RebuildError(
-            f"{len(failed)} documents failed ({failed[0][0]}: {failed[0][1]}); collection {collection!r} "
-            f"was not replaced, so their current versions are kept. Fix or remove them and run the rebuild "
-            f"again: the {report.added + report.updated + report.unchanged} documents already rebuilt in "
-            f"{staging!r} are kept and not embedded again.", report)
-    staged = read_record(sync.store, staging, calls)
-    calls(sync.store.update_metadata, staging,
-          staged.updated(rebuild={"state": "staged", "target": collection}).metadata())
-    _swap(sync, staging, staged)
-    report.deleted = len(stale)
-    return report
+def staging_name(collection: str) -> str | None:
+    """The staging collection of ``collection``'s rebuild; None where the name would be too long for Qdrant."""
+    staging = collection + REBUILD_SUFFIX
+    return staging if len(staging) <= MAX_COLLECTION_NAME else None
 
 
-def finish_interrupted_rebuild(sync: QdrantSync) -> bool:
+def staged_rebuild(store: Store, collection: str, call: Any = None) -> CollectionRecord | None:
+    """The record ``collection`` will have once an interrupted rebuild's step 3 is finished: its staging collection
+    exists and is marked complete ("staged"). None otherwise (no rebuild, one stopped while embedding, which the next
+    rebuild resumes, or a staging collection that is not recemb's). The one statement of that rule."""
+    call = call or (lambda fn, *a, **k: fn(*a, **k))
+    staging = staging_name(collection)
+    if staging is None or not call(store.collection_exists, staging):
+        return None
+    info = call(store.collection_info, staging)
+    staged = info.metadata.get(META_KEY) or {}
+    if (staged.get("rebuild") or {}).get("state") != "staged":
+        return None
+    return CollectionRecord(collection, {k: v for k, v in staged.items() if k != "rebuild"}, info.dense_size)
+
+
+def interrupted_rebuild_hint(store: Store | Any, collection: str) -> str | None:
+    """What to do when a collection is missing because a rebuild stopped between dropping it and refilling it."""
+    if staged_rebuild(as_store(store), collection) is None:
+        return None
+    return (f"a rebuild was interrupted before it put the new collection in place. Run the sync again "
+            f"(`recemb sync --rebuild ...` or any sync of it) to finish it; the rebuilt points are kept in "
+            f"{staging_name(collection)!r}")
+
+
+def finish_interrupted_rebuild(calls: StoreCalls, collection: str, index_metadata: Mapping[str, str] = ()) -> bool:
     """Complete step 3 of a rebuild that was stopped. True if the collection now holds a completed rebuild
     (finished here or just before the staging collection was dropped)."""
-    calls, store, collection = sync.calls, sync.store, sync.collection
-    staging = collection + REBUILD_SUFFIX
-    if len(staging) > MAX_COLLECTION_NAME or not calls(store.collection_exists, staging):
+    final = staged_rebuild(calls.store, collection, calls)
+    if final is None:
         return False
-    staged = calls(store.collection_info, staging).metadata.get(META_KEY) or {}
-    if (staged.get("rebuild") or {}).get("state") != "staged":
-        return False  # a rebuild stopped while embedding (the next rebuild resumes it), or not recemb's
-    final = CollectionRecord(collection, {k: v for k, v in staged.items() if k != "rebuild"})
-    current = read_record(store, collection, calls)
+    current = read_record(calls.store, collection, calls)
+    staging = staging_name(collection)
     if current is None:
-        _swap(sync, staging, final)  # stopped between dropping the old collection and creating the new one
-        return True
+        swap(calls, collection, final, live_exists=False, index_metadata=index_metadata)  # stopped between the drop
+        return True                                                                         # and the creation
     if current.rebuild_state == "copying":
-        _copy_points(sync, staging, final)  # upserts are idempotent: copy everything again
+        _copy_points(calls, staging, collection, final)  # upserts are idempotent: copy everything again
         return True
     if current.as_dict() == final.as_dict():
-        calls(store.delete_collection, staging)  # stopped after the copy, before the clean-up
+        calls.apply(staging, DropCollection())  # stopped after the copy, before the clean-up
         return True
     return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
 
 
-def _swap(sync: QdrantSync, staging: str, staged: CollectionRecord) -> None:
-    """Step 3: replace the collection by the staged one's points."""
-    calls, store, collection = sync.calls, sync.store, sync.collection
-    final = CollectionRecord(collection, staged.without("rebuild").as_dict())
-    if calls(store.collection_exists, collection):
-        calls(store.delete_collection, collection)
-    info = calls(store.collection_info, staging)
-    calls(store.create_collection, collection, info.dense_size, info.sparse,
-          final.updated(rebuild={"state": "copying", "source": staging}).metadata())
-    sync.index_payload(collection)
-    _copy_points(sync, staging, final)
+def rebuild_deletions(collection: str, stored: StoredDocuments, entries: list[DocumentEntry],
+                      left_out: list[DocumentEntry], failed: list[tuple[str, str]], keep_ids: Iterable[str],
+                      allow_mass_delete: bool) -> list[str]:
+    """The stored documents a rebuild from ``entries`` drops (the mass-deletion guard applies, ``MassDeletionError``),
+    or a ``RebuildError`` where it would drop the stored version of a document that is empty now and left out."""
+    emptied = [e.id for e in left_out if e.id in stored.documents]
+    if emptied:  # the rebuilt collection would not hold them: their stored versions would be lost
+        raise RebuildError(
+            f"{len(emptied)} stored documents are empty now ({emptied[0]}) and skip_empty (--skip-empty) "
+            f"leaves them out, so a rebuild would lose their stored versions; collection {collection!r} "
+            "was not touched. Rebuild without --skip-empty (they are stored empty), or remove the files.",
+            SyncReport())
+    stale = stale_ids(collection, set(stored.seen), entries, failed, keep_ids, allow_mass_delete)
+    return [d for d in stale if d in stored.documents]
 
 
-def _copy_points(sync: QdrantSync, staging: str, final: CollectionRecord) -> None:
-    calls, store, collection = sync.calls, sync.store, sync.collection
+def mark_staged(calls: StoreCalls, collection: str, staged: CollectionRecord) -> CollectionRecord:
+    """Step 2: the staging collection (whose record is ``staged``) is complete. Returns the record ``collection``
+    gets."""
+    calls.apply(staged.collection, UpdateRecord(staged.updated(rebuild={"state": "staged",
+                                                                         "target": collection}).metadata()))
+    return CollectionRecord(collection, staged.without("rebuild").as_dict(), staged.dense_size)
+
+
+def swap(calls: StoreCalls, collection: str, final: CollectionRecord, live_exists: bool,
+         index_metadata: Mapping[str, str] = ()) -> None:
+    """Step 3: replace the collection (``live_exists``: it is there now) by the staged one's points; ``final``: the
+    record it gets."""
+    staging = staging_name(collection)
+    if live_exists:
+        calls.apply(collection, DropCollection())
+    calls.apply(collection, CreateCollection(final.dense_size, final.bm25 is not None, final.updated(
+        rebuild={"state": "copying", "source": staging}).metadata()))
+    for write in index_writes(index_metadata):
+        calls.apply(collection, write)
+    _copy_points(calls, staging, collection, final)
+
+
+def _copy_points(calls: StoreCalls, staging: str, collection: str, final: CollectionRecord) -> None:
     offset = None
     while True:
-        points, offset = calls(store.scroll, staging, limit=COPY_PAGE, offset=offset, with_payload=True,
+        points, offset = calls(calls.store.scroll, staging, limit=COPY_PAGE, offset=offset, with_payload=True,
                                with_vectors=True)
         if points:
-            calls(store.upsert, collection, [StoredPoint(p.id, p.payload, p.vector) for p in points])
+            calls.apply(collection, Upsert(tuple(StoredPoint(p.id, p.payload, p.vector) for p in points)))
         if offset is None:
             break
-    calls(store.update_metadata, collection, final.metadata())
-    calls(store.delete_collection, staging)
-    calls(store.optimize, collection)
-    sync.forget_checks()  # the collection changed under this instance
+    calls.apply(collection, UpdateRecord(final.metadata()))
+    calls.apply(staging, DropCollection())
+    calls.apply(collection, Optimize())

@@ -2,9 +2,11 @@
 fingerprint and dimension, passages, truncation, the BM25 settings, the point layout), read once and checked
 without a model.
 
-This is the one definition of a sync's settings (``SyncSettings``) and of how requested settings meet recorded
-ones (``reconcile_settings``): the command checks them before any model loads, and ``QdrantSync``, a rebuild,
-``recemb migrate`` and Ray's actors work from the same record. Pure: nothing here touches a store.
+This is the one definition of a sync's settings (``SyncSettings``), of how requested settings meet recorded ones
+(``decide_settings``: the only place, for the command before any model loads and for ``QdrantSync``), of when a
+model may use a collection (``CollectionRecord.check_model``), of a search's preconditions
+(``CollectionRecord.search_refusal``) and of the BM25 encoders a collection's vectors are made with
+(``bm25_encoders``). Pure: nothing here touches a store or loads a model.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recemb_integrations.qdrant.errors import CollectionMismatchError, SettingsConflict
+from recemb_integrations.qdrant.errors import CollectionMismatchError, InvalidSetting, SettingsConflict
+from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import DENSE_VECTOR, SPARSE_VECTOR
 
-__all__ = ["CollectionRecord", "DISTANCE_NAME", "INVALID_COLLECTION_CHARS", "LAYOUT_VERSION", "MAX_COLLECTION_NAME",
-           "DEFAULT_PASSAGES_ABOVE", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS", "META_KEY", "REBUILD_SUFFIX",
-           "RequestedSettings",
-           "SyncSettings", "check_collection_name", "check_passage_settings", "choose_passages",
-           "default_passages_above", "layout_version", "legacy_hybrid_refusal", "reconcile_settings",
-           "recorded_layout"]
+__all__ = ["CollectionRecord", "DEFAULT_PASSAGES_ABOVE", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS",
+           "DISTANCE_NAME", "INVALID_COLLECTION_CHARS", "LAYOUT_VERSION", "MAX_COLLECTION_NAME", "META_KEY",
+           "ModelFacts", "NO_PASSAGES", "REBUILD_SUFFIX", "RequestedSettings", "SyncSettings", "bm25_encoders",
+           "check_collection_name", "check_passage_settings", "decide_settings", "default_passages_above",
+           "legacy_hybrid_refusal"]
 
 META_KEY = "recemb"  # the collection metadata key under which recemb keeps its record
 # Layout 1 (recemb 0.1.0): one unnamed dense vector. Layout 2: a named dense vector and, unless dense-only, a named
@@ -65,27 +67,29 @@ def check_collection_name(name: str) -> str:
 def check_passage_settings(passage_tokens: int | None, passage_overlap: int | None,
                            passages_above: int | None = 0) -> None:
     """Passages of passage_tokens >= 1 tokens sharing 0 <= passage_overlap < passage_tokens tokens, cut from documents
-    of more than passages_above >= 0 tokens."""
+    of more than passages_above >= 0 tokens (``InvalidSetting`` otherwise); passage_tokens None: no passages."""
     if passage_tokens is None:
         return
     if isinstance(passage_tokens, bool) or not isinstance(passage_tokens, int) or passage_tokens < 1:
-        raise ValueError(f"passage_tokens must be a positive int (or 0 for no passages), got {passage_tokens!r}")
+        raise InvalidSetting(f"passage_tokens must be a positive int (or 0 for no passages), got {passage_tokens!r}",
+                             "passage_tokens", passage_tokens)
     overlap = passage_overlap or 0
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < passage_tokens:
-        raise ValueError(f"passage_overlap must be an int from 0 to passage_tokens - 1 = {passage_tokens - 1}, "
-                         f"got {passage_overlap!r}")
+        raise InvalidSetting(f"passage_overlap must be an int from 0 to passage_tokens - 1 = {passage_tokens - 1}, "
+                             f"got {passage_overlap!r}", "passage_overlap", passage_overlap, passage_tokens)
     above = passages_above or 0
     if isinstance(above, bool) or not isinstance(above, int) or above < 0:
-        raise ValueError(f"passages_above must be an int >= 0 (0: every document gets passages), got "
-                         f"{passages_above!r}")
+        raise InvalidSetting(f"passages_above must be an int >= 0 (0: every document gets passages), got "
+                             f"{passages_above!r}", "passages_above", passages_above, passage_tokens)
 
 
 @dataclass(frozen=True)
 class SyncSettings:
-    """What a collection records of how its points were made, besides the model: passages (``passage_tokens``
-    tokens sharing ``passage_overlap``, None: none) of the documents longer than ``passages_above`` tokens,
-    truncation (``max_tokens``), BM25 vectors (``sparse``, in ``sparse_language``) and whether the points keep their
-    text (``store_text``). Valid by construction."""
+    """How a collection's points are made, besides the model: passages of ``passage_tokens`` tokens sharing
+    ``passage_overlap`` (``passage_tokens`` None: no passages, the one way to say it) of the documents longer than
+    ``passages_above`` tokens, truncation (``max_tokens``), BM25 vectors (``sparse``, in ``sparse_language``) and
+    whether the points keep their text (``store_text``). Valid by construction; what a collection records and what
+    a sync runs with (``decide_settings``)."""
 
     passage_tokens: int | None = None
     passage_overlap: int = 0
@@ -97,32 +101,57 @@ class SyncSettings:
 
     def __post_init__(self) -> None:
         check_passage_settings(self.passage_tokens, self.passage_overlap, self.passages_above)
+        if self.passage_tokens is None and (self.passage_overlap or self.passages_above):
+            raise InvalidSetting("passage_overlap and passages_above need passages (passage_tokens is None)",
+                                 "passage_overlap" if self.passage_overlap else "passages_above",
+                                 self.passage_overlap or self.passages_above)
         if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
                                             or self.max_tokens < 1):
-            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+            raise InvalidSetting(f"max_tokens must be a positive int, got {self.max_tokens!r}", "max_tokens",
+                                 self.max_tokens)
         if not isinstance(self.sparse, bool):
             raise TypeError(f"sparse must be True or False, got {self.sparse!r}")
         if not isinstance(self.store_text, bool):
             raise TypeError(f"store_text must be True or False, got {self.store_text!r}")
 
-    def as_kwargs(self) -> dict[str, Any]:
-        """As ``QdrantSync`` keyword arguments (there ``passage_tokens=0`` is no passages, None the default)."""
-        return {"passage_tokens": self.passage_tokens or 0, "passage_overlap": self.passage_overlap,
-                "passages_above": self.passages_above, "max_tokens": self.max_tokens, "sparse": self.sparse,
-                "sparse_language": self.sparse_language, "store_text": self.store_text}
+    @property
+    def passages(self) -> bool:
+        return self.passage_tokens is not None
+
+    def as_requested(self) -> RequestedSettings:
+        """Every setting named: a sync given these settings is held to them (a collection with others refuses)."""
+        return RequestedSettings(passage_tokens=self.passage_tokens or NO_PASSAGES,
+                                 passage_overlap=self.passage_overlap, passages_above=self.passages_above,
+                                 max_tokens=self.max_tokens, sparse=self.sparse, sparse_language=self.sparse_language,
+                                 store_text=self.store_text)
+
+
+NO_PASSAGES = 0  # what a request names for "no passages" (None there is "not named": the collection's, or the default)
 
 
 @dataclass(frozen=True)
 class RequestedSettings:
-    """Settings a caller asked for; None where it named none (the collection's are used then, or for a new
-    collection the defaults). ``passage_tokens=0``: no passages."""
+    """What a caller asked for; None where it named nothing (the collection's setting is used then, or for a new
+    collection the default). ``passage_tokens=NO_PASSAGES`` (0): no passages. ``max_tokens`` None cannot be named
+    (no truncation is the default and what a collection without one records)."""
 
     passage_tokens: int | None = None
     passage_overlap: int | None = None
     max_tokens: int | None = None
-    sparse: bool = True  # False: dense-only was asked for
+    sparse: bool | None = None  # False: dense-only, True: with BM25 vectors
     passages_above: int | None = None
-    store_text: bool | None = None  # True: --store-text, False: --no-store-text
+    store_text: bool | None = None
+    sparse_language: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a collection records of the model that embeds it, and checks against the one that syncs or searches."""
+
+    model_id: str
+    fingerprint: str
+    dim: int
+    max_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +162,7 @@ class CollectionRecord:
     data: Mapping[str, Any]
     dense_size: int | None = None  # the dense vectors' size the collection was created with, where known
     # False when ``data`` holds what the collection's metadata lacks (read off its points, a recemb that did not
-    # record it): the next sync writes it.
+    # record it, or recorded from now on): the next sync writes it.
     persisted: bool = True
 
     @classmethod
@@ -148,20 +177,20 @@ class CollectionRecord:
         return cls(collection, copy.deepcopy(dict(recorded)), dense_size)
 
     @classmethod
-    def new(cls, collection: str, *, model_id: str, fingerprint: str, dim: int, max_length: int | None,
-            settings: SyncSettings, bm25: Mapping[str, Any] | None, version: str) -> CollectionRecord:
+    def new(cls, collection: str, model: ModelFacts, settings: SyncSettings, bm25: Mapping[str, Any] | None,
+            version: str) -> CollectionRecord:
         """The record of a collection about to be created (``bm25``: its BM25 settings, None when dense-only)."""
         return cls(collection, {
-            "model": model_id,
-            "model_fingerprint": fingerprint,
-            "dim": dim,
+            "model": model.model_id,
+            "model_fingerprint": model.fingerprint,
+            "dim": model.dim,
             "distance": DISTANCE_NAME,
             "pooling": POOLING,
             "document_prompt": "",
-            "max_length": max_length,
+            "max_length": model.max_length,
             "passage_tokens": settings.passage_tokens,
-            "passage_overlap": settings.passage_overlap if settings.passage_tokens else None,
-            "passages_above": settings.passages_above if settings.passage_tokens else None,
+            "passage_overlap": settings.passage_overlap if settings.passages else None,
+            "passages_above": settings.passages_above if settings.passages else None,
             "max_tokens": settings.max_tokens,
             "store_text": settings.store_text,
             "layout": LAYOUT_VERSION,
@@ -169,7 +198,7 @@ class CollectionRecord:
             "vectors": {"dense": DENSE_VECTOR, "sparse": SPARSE_VECTOR if settings.sparse else None},
             "sparse": dict(bm25) if bm25 is not None and settings.sparse else None,
             "recemb_version": version,
-        }, dim)
+        }, model.dim)
 
     def as_dict(self) -> dict[str, Any]:
         return copy.deepcopy(dict(self.data))
@@ -189,7 +218,7 @@ class CollectionRecord:
     @property
     def layout(self) -> int:
         """1 for collections of recemb 0.1.0 (one unnamed dense vector), else the recorded version."""
-        return layout_version(self.data)
+        return int(self.data.get("layout", 1))
 
     @property
     def model(self) -> str | None:
@@ -203,10 +232,16 @@ class CollectionRecord:
 
     @property
     def settings(self) -> SyncSettings:
-        """The settings the points were made with (a recemb 0.1 collection is dense-only)."""
-        kept = recorded_layout(self.data)
-        language = (self.data.get("sparse") or {}).get("language", "english")
-        return SyncSettings(**{**kept, "sparse": kept["sparse"] and self.layout >= 2}, sparse_language=language)
+        """The settings the points were made with (a recemb 0.1 collection is dense-only; a collection of a recemb
+        that did not record ``passages_above`` gave every document passages, one that did not record
+        ``store_text`` and holds no document kept no texts)."""
+        data = self.data
+        tokens = data.get("passage_tokens") or None
+        return SyncSettings(passage_tokens=tokens, passage_overlap=data.get("passage_overlap") or 0 if tokens else 0,
+                            passages_above=data.get("passages_above") or 0 if tokens else 0,
+                            max_tokens=data.get("max_tokens"), sparse=self.bm25 is not None,
+                            sparse_language=(data.get("sparse") or {}).get("language", "english"),
+                            store_text=bool(data.get("store_text")))
 
     @property
     def rebuild_state(self) -> str | None:
@@ -224,56 +259,64 @@ class CollectionRecord:
                     f"rebuilt points are kept in {self.collection + REBUILD_SUFFIX!r} until then.")
         return None
 
-    def model_problems(self, model_id: str, fingerprint: str, dim: int, dense_size: int | None) -> list[str]:
+    def model_problems(self, model: ModelFacts) -> list[str]:
         """How a model differs from the one the collection was built with (empty: it matches)."""
         problems = []
-        if self.data.get("dim") != dim or (dense_size is not None and dense_size != dim):
-            problems.append(f"dimension {self.data.get('dim')} (collection) vs {dim} (model)")
-        if self.data.get("model_fingerprint") != fingerprint:
-            if self.model == model_id:  # same name, other weights (e.g. a retrained model)
-                problems.append(f"model {model_id!r} has other weights than when the collection was built "
-                                f"(fingerprint {self.data.get('model_fingerprint')} vs {fingerprint})")
+        if self.data.get("dim") != model.dim or (self.dense_size is not None and self.dense_size != model.dim):
+            problems.append(f"dimension {self.data.get('dim')} (collection) vs {model.dim} (model)")
+        if self.data.get("model_fingerprint") != model.fingerprint:
+            if self.model == model.model_id:  # same name, other weights (e.g. a retrained model)
+                problems.append(f"model {model.model_id!r} has other weights than when the collection was built "
+                                f"(fingerprint {self.data.get('model_fingerprint')} vs {model.fingerprint})")
             else:
-                problems.append(f"model {self.model!r} (collection) vs {model_id!r} (this embedder)")
+                problems.append(f"model {self.model!r} (collection) vs {model.model_id!r} (this embedder)")
         if self.data.get("distance") != DISTANCE_NAME:
             problems.append(f"distance {self.data.get('distance')} vs {DISTANCE_NAME}")
         return problems
 
-    def setting_problems(self, expected: CollectionRecord, sparse: bool, sparse_language: str) -> list[str]:
-        """How a sync's settings (its would-be record ``expected``) differ from the collection's."""
-        problems = []
-        for key in ("passage_tokens", "passage_overlap", "max_length", "max_tokens"):
-            if self.data.get(key) != expected.data[key]:
-                problems.append(f"{key} {self.data.get(key)} (collection) vs {expected.data[key]} (now)")
-        if self.settings.passages_above != expected.settings.passages_above:  # unrecorded before: 0
-            problems.append(f"passages_above {self.settings.passages_above} (collection) vs "
-                            f"{expected.settings.passages_above} (now)")
-        recorded_text = self.data.get("store_text")  # None: not known (an empty collection of an earlier recemb)
-        if recorded_text is not None and recorded_text != expected.data["store_text"]:
-            problems.append(f"store_text {recorded_text} (collection) vs {expected.data['store_text']} (now)")
-        recorded_sparse = self.data.get("sparse")
-        if self.layout >= 2 and (recorded_sparse is not None) != sparse:
-            problems.append("BM25 vectors " + ("present (collection) vs dense-only (now)" if not sparse
-                                               else "absent (collection: dense-only) vs hybrid (now)"))
-        elif sparse and recorded_sparse.get("language") != sparse_language:
-            problems.append(f"BM25 language {recorded_sparse.get('language')} (collection) vs {sparse_language} "
-                            "(now)")
-        return problems
+    def check_model(self, model: ModelFacts, for_sync: bool) -> None:
+        """The collection can be used now (``refusal``) with this model: a ``CollectionMismatchError`` naming every
+        difference otherwise. A sync also needs the model's ``max_length`` and a layout this recemb knows."""
+        if (refusal := self.refusal()) is not None:
+            raise CollectionMismatchError(refusal)
+        problems = self.model_problems(model)
+        if not for_sync:
+            if problems:
+                raise CollectionMismatchError(
+                    f"collection {self.collection!r} cannot be searched with this model: " + "; ".join(problems)
+                    + f". Search it with the model it was built with ({self.model!r}).")
+            return
+        if self.layout > LAYOUT_VERSION:
+            raise CollectionMismatchError(f"collection {self.collection!r} has layout {self.layout}, newer than this "
+                                          "recemb knows; upgrade recemb")
+        if self.data.get("max_length") != model.max_length:
+            problems.append(f"max_length {self.data.get('max_length')} (collection) vs {model.max_length} (now)")
+        if problems:
+            raise CollectionMismatchError(
+                f"collection {self.collection!r} was built differently: " + "; ".join(problems)
+                + ". Nothing was written. Sync with the collection's settings, into a new collection, or rebuild it "
+                "with the new ones (`recemb sync --rebuild`).")
+
+    def search_refusal(self, mode: str | None, granularity: str) -> str | None:
+        """Why a search in ``mode`` at ``granularity`` cannot run on this collection (checked before the model
+        loads), or None: the one statement of a search's preconditions."""
+        if mode in ("hybrid", "sparse") and self.bm25 is None:
+            built = "built by recemb 0.1" if self.layout == 1 else "built dense-only"
+            return (f"collection {self.collection!r} has no BM25 vectors ({built}); search it in dense mode "
+                    "(--mode dense, mode='dense'), or rebuild it (`recemb sync --rebuild`)")
+        if granularity == "passage" and not self.settings.passages:
+            return (f"collection {self.collection!r} has no passages (it was synced without them); search documents "
+                    "instead")
+        return None
 
 
-def recorded_layout(recorded: Mapping[str, Any]) -> dict[str, Any]:
-    """The QdrantSync settings a collection records (passages, truncation, BM25 or not), as constructor keywords."""
-    tokens = recorded.get("passage_tokens") or None
-    return {"passage_tokens": tokens, "passage_overlap": recorded.get("passage_overlap") or 0 if tokens else 0,
-            # a collection of a recemb that did not record it gave every document passages
-            "passages_above": recorded.get("passages_above") or 0 if tokens else 0,
-            "max_tokens": recorded.get("max_tokens"), "sparse": recorded.get("sparse") is not None,
-            "store_text": bool(recorded.get("store_text"))}
-
-
-def layout_version(recorded: Mapping[str, Any]) -> int:
-    """1 for collections of recemb 0.1.0 (one unnamed dense vector), else the recorded version."""
-    return int(recorded.get("layout", 1))
+def bm25_encoders(settings: Mapping[str, Any] | None) -> tuple[Bm25 | None, Bm25 | None]:
+    """(documents' BM25, passages' BM25) from a collection's recorded BM25 settings (``CollectionRecord.bm25``);
+    (None, None) when dense-only."""
+    if not settings:
+        return None, None
+    bm25 = Bm25.from_settings({k: v for k, v in settings.items() if k != "passage_avg_len"})
+    return bm25, bm25.with_avg_len(settings.get("passage_avg_len", bm25.avg_len))
 
 
 def legacy_hybrid_refusal(collection: str) -> str:
@@ -284,65 +327,84 @@ def legacy_hybrid_refusal(collection: str) -> str:
             "only when the new one is complete), or keep syncing it dense-only with --dense-only (sparse=False).")
 
 
-def choose_passages(kept: SyncSettings | None, tokens: int | None, overlap: int | None, above: int | None
-                    ) -> tuple[int | None, int, int]:
-    """(passage_tokens or None, passage_overlap, passages_above): the named ones (``tokens=0``: no passages), else
-    ``kept`` (a collection's settings), else the defaults (``DEFAULT_PASSAGE_TOKENS`` / ``_OVERLAP`` / ``_ABOVE``).
-    Named tokens without an overlap share none, and without a threshold are cut from every document longer than one
-    passage."""
+# ---------------------------------------------------------------------- the one decision of a sync's settings
+def decide_settings(record: CollectionRecord | None, requested: RequestedSettings,
+                    rebuild: bool = False) -> SyncSettings:
+    """The settings a sync runs with: what ``requested`` names, else the collection's (a later sync need not repeat
+    them), else for a new collection the defaults (passages of ``DEFAULT_PASSAGE_TOKENS`` tokens sharing
+    ``DEFAULT_PASSAGE_OVERLAP``, of documents longer than ``DEFAULT_PASSAGES_ABOVE`` tokens; BM25 in English; no
+    stored texts). Named passages without an overlap share none and, without a threshold, are cut from every
+    document longer than one passage.
+
+    On an existing collection a named setting that contradicts it is a ``SettingsConflict`` (its ``key``,
+    ``recorded`` and ``requested`` let a caller word it in its own terms); a hybrid sync of a recemb 0.1 collection is
+    a ``CollectionMismatchError``. A rebuild takes what is named and the collection's settings for the rest, but
+    builds BM25 vectors unless ``sparse=False`` is named.
+    Impossible values, and an overlap or threshold named where passages are off, are an ``InvalidSetting``."""
+    kept = record.settings if record is not None else None
+    if record is not None and not rebuild:
+        _check_conflicts(record, kept, requested)
+    tokens, overlap, above = _passages(kept, requested)
+    language = requested.sparse_language or (kept.sparse_language if kept is not None else "english")
+    if record is not None and not rebuild and record.layout == 1 and requested.sparse is not False:
+        raise CollectionMismatchError(legacy_hybrid_refusal(record.collection))
+    # A rebuild is made hybrid unless dense-only is asked for (what it is for, from a recemb 0.1 collection).
+    sparse = requested.sparse if requested.sparse is not None else (
+        kept.sparse if kept is not None and not rebuild else True)
+    return SyncSettings(passage_tokens=tokens, passage_overlap=overlap, passages_above=above,
+                        max_tokens=requested.max_tokens if requested.max_tokens is not None or kept is None
+                        else kept.max_tokens,
+                        sparse=sparse, sparse_language=language,
+                        store_text=requested.store_text if requested.store_text is not None
+                        else (kept.store_text if kept is not None else False))
+
+
+def _passages(kept: SyncSettings | None, requested: RequestedSettings) -> tuple[int | None, int, int]:
+    """(passage_tokens or None, passage_overlap, passages_above) as ``decide_settings`` says."""
+    tokens, overlap, above = requested.passage_tokens, requested.passage_overlap, requested.passages_above
     if tokens is None:
-        if kept is not None:
-            tokens = kept.passage_tokens
-            overlap = kept.passage_overlap if overlap is None else overlap
-            above = kept.passages_above if above is None else above
-        else:
-            tokens = DEFAULT_PASSAGE_TOKENS
-            overlap = DEFAULT_PASSAGE_OVERLAP if overlap is None else overlap
-            above = DEFAULT_PASSAGES_ABOVE if above is None else above
-    if not tokens:
-        return None, overlap or 0, above or 0
+        source = kept or SyncSettings(DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP,
+                                      passages_above=DEFAULT_PASSAGES_ABOVE)
+        tokens = source.passage_tokens
+        overlap = source.passage_overlap if overlap is None else overlap
+        above = source.passages_above if above is None else above
+    elif tokens == NO_PASSAGES:
+        tokens = None
+    if tokens is None:
+        named = [(k, v) for k, v in (("passage_overlap", overlap), ("passages_above", above)) if v]
+        if named:
+            raise InvalidSetting(f"{named[0][0]}={named[0][1]!r} needs passages, which are off (passage_tokens="
+                                 f"{NO_PASSAGES} or a collection without them)", *named[0])
+        return None, 0, 0
+    check_passage_settings(tokens, overlap, above)
     return tokens, overlap or 0, default_passages_above(tokens) if above is None else above
 
 
-def reconcile_settings(record: CollectionRecord | None, requested: RequestedSettings,
-                       rebuild: bool = False) -> SyncSettings:
-    """The settings a sync uses: those requested where given, else the collection's (a later sync need not repeat
-    them), else for a new collection the defaults (passages of ``DEFAULT_PASSAGE_TOKENS`` for documents longer than
-    ``DEFAULT_PASSAGES_ABOVE`` tokens; no stored texts). A requested setting that contradicts the collection is a
-    ``SettingsConflict`` (a recemb 0.1 collection asked for BM25 vectors, a ``CollectionMismatchError``). A rebuild
-    takes the requested ones, and the collection's passages, truncation and stored texts where none are requested.
-    Impossible values are a ValueError."""
-    if record is None or rebuild:
-        kept = record.settings if record is not None else None
-        tokens, overlap, above = choose_passages(kept, requested.passage_tokens, requested.passage_overlap,
-                                                 requested.passages_above)
-        max_tokens = requested.max_tokens if requested.max_tokens is not None or kept is None else kept.max_tokens
-        store_text = requested.store_text if requested.store_text is not None or kept is None else kept.store_text
-        return SyncSettings(tokens, overlap, max_tokens, sparse=requested.sparse, passages_above=above,
-                            store_text=bool(store_text),
-                            **({"sparse_language": kept.sparse_language} if kept is not None else {}))
-    kept = record.settings
-    given = {"passage_tokens": requested.passage_tokens, "passage_overlap": requested.passage_overlap,
-             "passages_above": requested.passages_above, "max_tokens": requested.max_tokens}
-    for key, value in given.items():
-        recorded = getattr(kept, key)
-        if value is None or value == recorded or (key == "passage_tokens" and value == 0 and recorded is None):
+def _check_conflicts(record: CollectionRecord, kept: SyncSettings, requested: RequestedSettings) -> None:
+    """A ``SettingsConflict`` for the first named setting that the collection contradicts."""
+    recorded_text = record.data.get("store_text")  # None: not known (an empty collection of an earlier recemb)
+    named = {"passage_tokens": (requested.passage_tokens, None if requested.passage_tokens == NO_PASSAGES else
+                                requested.passage_tokens, kept.passage_tokens),
+             "passage_overlap": (requested.passage_overlap, requested.passage_overlap, kept.passage_overlap),
+             "passages_above": (requested.passages_above, requested.passages_above, kept.passages_above),
+             "max_tokens": (requested.max_tokens, requested.max_tokens, kept.max_tokens),
+             "store_text": (requested.store_text, requested.store_text,
+                            requested.store_text if recorded_text is None else recorded_text)}
+    for key, (given, meant, recorded) in named.items():
+        if given is None or meant == recorded:
             continue
-        if key in ("passage_overlap", "passages_above") and value == 0 and not kept.passage_tokens:
-            continue
+        if key in ("passage_overlap", "passages_above") and given == 0 and not kept.passages:
+            continue  # "none" named where passages are off
         raise SettingsConflict(f"collection {record.collection!r} was built with {key}={recorded!r}, not "
-                               f"{value!r}; use the collection's setting, another collection, or rebuild it",
-                               key, recorded, value)
-    if record.layout == 1 and requested.sparse:
-        raise CollectionMismatchError(legacy_hybrid_refusal(record.collection))
-    if not requested.sparse and kept.sparse:
+                               f"{given!r}; use the collection's setting, another collection, or rebuild it",
+                               key, recorded, given)
+    if requested.sparse is False and kept.sparse:
         raise SettingsConflict(f"collection {record.collection!r} was built with BM25 vectors (hybrid); sync it "
                                "hybrid, or rebuild it dense-only", "sparse", True, False)
-    recorded_text = record.data.get("store_text")  # None: not known (an empty collection of an earlier recemb)
-    if requested.store_text is not None and recorded_text is not None and requested.store_text != recorded_text:
-        raise SettingsConflict(f"collection {record.collection!r} was built with store_text={recorded_text!r}, not "
-                               f"{requested.store_text!r}; use the collection's setting, another collection, or "
-                               "rebuild it", "store_text", recorded_text, requested.store_text)
-    if recorded_text is None:
-        return replace(kept, store_text=bool(requested.store_text))
-    return kept
+    if requested.sparse is True and not kept.sparse and record.layout >= 2:
+        raise SettingsConflict(f"collection {record.collection!r} was built dense-only (no BM25 vectors); sync it "
+                               "dense-only, or rebuild it hybrid", "sparse", False, True)
+    if kept.sparse and requested.sparse_language not in (None, kept.sparse_language):
+        raise SettingsConflict(f"collection {record.collection!r} was built with BM25 in {kept.sparse_language}, "
+                               f"not {requested.sparse_language}; use the collection's language, another collection, "
+                               "or rebuild it", "sparse_language", kept.sparse_language, requested.sparse_language)

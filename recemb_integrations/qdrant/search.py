@@ -14,6 +14,7 @@ from recemb_integrations.qdrant.calls import StoreCalls
 from recemb_integrations.qdrant.documents import SearchHit
 from recemb_integrations.qdrant.errors import SearchNotice
 from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE, match, point_id
+from recemb_integrations.qdrant.record import CollectionRecord, bm25_encoders
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import DENSE_VECTOR, SearchRequest
 
@@ -38,14 +39,27 @@ PREFETCH_PER_HIT = 5  # ... and per requested hit
 
 @dataclass(frozen=True)
 class Searchable:
-    """What a search needs to know of a collection (from its record): its vector layout, its BM25 encoder (None:
-    dense-only) and whether it has passages."""
+    """What a search needs to know of a collection: its record and the BM25 encoder of its queries (None:
+    dense-only), built once."""
 
-    collection: str
-    layout: int
+    record: CollectionRecord
     bm25: Bm25 | None
-    passage_tokens: int | None
-    record: Any = None  # the record this was made from
+
+    @classmethod
+    def of(cls, record: CollectionRecord) -> Searchable:
+        return cls(record, bm25_encoders(record.bm25)[0])
+
+    @property
+    def collection(self) -> str:
+        return self.record.collection
+
+    @property
+    def layout(self) -> int:
+        return self.record.layout
+
+    @property
+    def passages(self) -> bool:
+        return self.record.settings.passages
 
 
 def metadata_condition(key: str, value: Any):
@@ -87,9 +101,8 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
            metadata_conditions: list) -> list[SearchHit]:
     """The search ``QdrantSync.search`` describes, on a collection whose model was checked, with arguments that
     ``check_search`` passed (``metadata_conditions``: what it made of a dict filter)."""
-    if granularity == KIND_PASSAGE and not target.passage_tokens:
-        raise ValueError(f"collection {target.collection!r} has no passages (it was synced without "
-                         "passage_tokens); search documents instead")
+    if (refusal := target.record.search_refusal(mode, granularity)) is not None:
+        raise ValueError(refusal)
     mode = _search_mode(target, mode)
     sparse_query = target.bm25.embed_query(query) if mode != "dense" else None
     if sparse_query is not None and not len(sparse_query):
@@ -102,7 +115,7 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     dense_query = (embedder.encode_queries([query], instruction=instruction)[0].tolist() if mode != "sparse"
                    else None)
 
-    grouped = granularity == KIND_DOCUMENT and bool(target.passage_tokens)
+    grouped = granularity == KIND_DOCUMENT and target.passages
     # Documents are found by their own points and by their passages (grouped); passages by theirs and, where a
     # document is too short to have any, by its own point.
     conditions = [] if granularity == "any" or grouped else [_granularity_condition(granularity)]
@@ -154,11 +167,7 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
 
 
 def _search_mode(target: Searchable, mode: str | None) -> str:
-    if target.bm25 is None:
-        if mode in ("hybrid", "sparse"):
-            raise ValueError(f"collection {target.collection!r} has no BM25 vectors (it is dense-only"
-                             + (", built by recemb 0.1" if target.layout == 1 else "")
-                             + "); search it with mode='dense', or rebuild it (`recemb sync --rebuild`)")
+    if target.bm25 is None:  # (a hybrid or sparse mode was refused already)
         if target.layout == 1:
             warnings.warn(SearchNotice(
                 f"collection {target.collection!r} was built by recemb 0.1 with dense vectors only: searched "

@@ -1,54 +1,54 @@
 """``QdrantSync``: one collection kept in step with a set of documents, and searched. A facade: the record, the
 plan, the writer, the rebuild and the search each live in their own module; this class holds the store, the
-model and the collection's record, and runs the steps in order (read -> check -> scan -> plan -> write)."""
+model and the collection's record, and runs the steps in order (read -> prepare -> scan -> plan -> write), every
+change going through ``StoreCalls.apply``."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence, Sized
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sized
 from typing import Any
 
 import recemb
-from recemb_integrations._imports import require
 from recemb_integrations.qdrant.calls import StoreCalls
-from recemb_integrations.qdrant.collection import interrupted_rebuild_hint, read_record, scan_documents
-from recemb_integrations.qdrant.documents import Document, SearchHit, SyncReport, WriteOutcome, read_entries
-from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError
-from recemb_integrations.qdrant.lengths import choose_bm25_settings
-from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, plan_sync, sources_root
-from recemb_integrations.qdrant.points import (
-    KIND_DOCUMENT,
-    KIND_PASSAGE,
-    PAYLOAD_INDEXES,
-    ROOT_KEY,
-    match,
-    model_fingerprint,
-    point_id,
-    scope_root,
+from recemb_integrations.qdrant.collection import prepare_collection, read_record, scan_documents
+from recemb_integrations.qdrant.documents import (
+    Document,
+    DocumentEntry,
+    SearchHit,
+    SyncReport,
+    WriteOutcome,
+    read_entries,
 )
-from recemb_integrations.qdrant.rebuild import finish_interrupted_rebuild
-from recemb_integrations.qdrant.rebuild import rebuild as rebuild_collection
+from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError, RebuildError
+from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, plan_sync, sources_root
+from recemb_integrations.qdrant.points import KIND_DOCUMENT, match, model_fingerprint, scope_root
+from recemb_integrations.qdrant.rebuild import (
+    finish_interrupted_rebuild,
+    interrupted_rebuild_hint,
+    mark_staged,
+    rebuild_deletions,
+    staging_name,
+    swap,
+)
 from recemb_integrations.qdrant.record import (
-    LAYOUT_VERSION,
     CollectionRecord,
+    ModelFacts,
+    RequestedSettings,
     SyncSettings,
     check_collection_name,
-    choose_passages,
-    legacy_hybrid_refusal,
+    decide_settings,
 )
 from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, search
-from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob, bm25_encoders
+from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
+from recemb_integrations.qdrant.writes import DropCollection, Optimize
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store
 
-models = require("qdrant_client.models", "qdrant")
-
-__all__ = ["DELETE_BATCH", "FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE"]
+__all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE"]
 
 STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
 FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
-DELETE_BATCH = 256  # stale documents deleted (or unstamped ones stamped) per request
 
 
 class QdrantSync:
@@ -60,6 +60,9 @@ class QdrantSync:
             serialised: local mode is not thread-safe.
         collection: collection name; created on first sync (cosine distance, size from the model).
         embedder: the recemb ``Embedder``.
+        settings: the ``SyncSettings`` to sync with, all of them (e.g. decided by ``record.decide_settings`` from the
+            collection's record and a caller's request); or name some with the keywords below (not both), the rest
+            being the collection's, or for a new collection the defaults.
         model_id: the name recorded in the collection (default: the embedder's name).
         store_text: keep each document's text in its payload (returned by ``search``); None: the collection's
             setting, or for a new collection False. Recorded in the collection like the passage settings: a sync
@@ -75,20 +78,19 @@ class QdrantSync:
             closes at ``writer.BATCH_MAX_CHARS`` of text, so large documents do not pile up in memory).
         retries: attempts for a write or read that fails with a transient server error.
         max_tokens: truncate each document to this many tokens (EOS included), with a warning in the report.
-        sparse: also give every point a BM25 sparse vector (hybrid search); False builds a dense-only collection.
-        sparse_language: the BM25 stemmer and stopword language.
+        sparse: also give every point a BM25 sparse vector (hybrid search); False builds a dense-only collection
+            (None: the collection's, for a new one True).
+        sparse_language: the BM25 stemmer and stopword language (None: the collection's, for a new one English).
         index_metadata: metadata keys searches filter by, with their type ("keyword" or "integer"), e.g.
             ``{"topic": "keyword"}``: a payload index on each makes filtered searches fast and exact on a server and
             on Qdrant Edge (without one, Edge falls back to ACORN, slow on large collections: docs/benchmarks.md).
         record: the collection's record if the caller read it already (``read_record``), so it is not read again;
             None: read when first needed.
 
-    ``passage_tokens``, ``passage_overlap``, ``passages_above``, ``max_tokens``, ``sparse`` and ``store_text`` are
-    recorded in the
-    collection: a sync must use the same values (or name none), a search reads them from there
-    (``QdrantSync.open`` builds an instance with them;
-    ``record.reconcile_settings`` fills in the ones a caller did not name). The BM25 average lengths are chosen
-    when the collection is created (see ``lengths``) and recorded too.
+    The settings are recorded in the collection: a sync must use the same values (or name none), and a search reads
+    them from there. ``record.decide_settings`` is the one rule (a contradiction is a ``SettingsConflict``, an
+    impossible value an ``InvalidSetting``); ``settings`` is None until the collection's record is known. The BM25
+    average lengths are chosen when the collection is created (see ``lengths``) and recorded too.
     """
 
     def __init__(
@@ -96,6 +98,8 @@ class QdrantSync:
         store: Store | Any,
         collection: str,
         embedder: Any,
+        settings: SyncSettings | None = None,
+        *,
         model_id: str | None = None,
         store_text: bool | None = None,
         passage_tokens: int | None = None,
@@ -104,18 +108,24 @@ class QdrantSync:
         batch_size: int = 64,
         retries: int = 5,
         max_tokens: int | None = None,
-        sparse: bool = True,
-        sparse_language: str = "english",
+        sparse: bool | None = None,
+        sparse_language: str | None = None,
         index_metadata: dict[str, str] | None = None,
         record: CollectionRecord | None = None,
     ):
-        # Passage settings not named are the collection's (known once its record is read), else the defaults.
-        self._named_passages = (passage_tokens, passage_overlap, passages_above)
-        self._named_store_text = store_text
-        tokens, overlap, above = choose_passages(record.settings if record is not None else None,
-                                                 *self._named_passages)
-        chosen = SyncSettings(tokens, overlap, max_tokens, sparse, sparse_language, above,  # checks them
-                              self._store_text(record))
+        named = dict(passage_tokens=passage_tokens, passage_overlap=passage_overlap, passages_above=passages_above,
+                     max_tokens=max_tokens, sparse=sparse, sparse_language=sparse_language, store_text=store_text)
+        self._given = settings  # settings named whole: a new collection takes them as they are
+        if settings is not None:
+            if any(v is not None for v in named.values()):
+                raise TypeError("give settings= or setting keywords, not both")
+            self.requested = settings.as_requested()
+        else:  # impossible values fail now, before any model or store work; whether the collection agrees is
+            # decided when its record is read (a rebuild may change what it recorded)
+            self.requested = RequestedSettings(**named)
+            settings = decide_settings(None, self.requested)
+        if settings.sparse:
+            Bm25(language=settings.sparse_language)  # an unknown language fails here, before any model work
         for key, schema in (index_metadata or {}).items():
             if not isinstance(key, str) or not key or schema not in (KEYWORD, INTEGER):
                 raise ValueError(f"index_metadata maps metadata keys to {KEYWORD!r} or {INTEGER!r}, got "
@@ -128,52 +138,32 @@ class QdrantSync:
         self.model_id = model_id or embedder.name or "unnamed"
         self.batch_size = batch_size
         self.index_metadata = dict(index_metadata or {})
-        self._use(chosen)
-        if sparse:
-            Bm25(language=sparse_language)  # an unknown language fails here, before any model work
         self.calls = StoreCalls(self.store, retries)
         self.record = record  # the collection's record once read (or created), None before
+        self.settings: SyncSettings | None = None  # decided once the collection's record is read
         self._searchable: Searchable | None = None  # what searches use of the record (its BM25 encoder built once)
         self._fingerprint: str | None = None
-        self._verified = False  # checked (or created) for syncing; its settings cannot change under us
+        self._prepared = False  # prepared for syncing; its settings cannot change under us
         self._read_checked = False  # checked for searching (the model only)
-
-    def _use(self, settings: SyncSettings) -> None:
-        self.passage_tokens, self.passage_overlap = settings.passage_tokens, settings.passage_overlap
-        self.passages_above = settings.passages_above
-        self.max_tokens, self.sparse, self.sparse_language = settings.max_tokens, settings.sparse, \
-            settings.sparse_language
-        self.store_text = settings.store_text
-
-    def _store_text(self, record: CollectionRecord | None) -> bool:
-        """store_text as named, else the collection's, else (a new collection) False."""
-        if self._named_store_text is not None:
-            return self._named_store_text
-        return record.settings.store_text if record is not None else False
 
     @classmethod
     def open(cls, store: Store | Any, collection: str, embedder: Any, record: CollectionRecord | None = None,
              **kwargs) -> QdrantSync:
-        """An instance with the settings the collection was built with (passages, truncation, BM25), for searching
-        it (or syncing more of the same). The collection must exist. ``record``: its record, if read already."""
+        """An instance with the settings the collection was built with (passages, truncation, BM25, stored
+        texts), for searching it (or syncing more of the same). The collection must exist. ``record``: its record,
+        if read already."""
         store = as_store(store)
         record = record or read_record(store, check_collection_name(collection))
         if record is None:
             raise CollectionMismatchError(f"collection {collection!r} does not exist; sync documents first")
-        return cls(store, collection, embedder, **{**record.settings.as_kwargs(), **kwargs}, record=record)
-
-    def settings(self) -> dict[str, Any]:
-        """This instance's keyword arguments (all but the store, collection, embedder and record): what another
-        sync with the same settings is built from (a rebuild's staging collection)."""
-        return dict(model_id=self.model_id, store_text=self.store_text, passage_tokens=self.passage_tokens or 0,
-                    passage_overlap=self.passage_overlap, passages_above=self.passages_above,
-                    batch_size=self.batch_size, retries=self.calls.retries,
-                    max_tokens=self.max_tokens, sparse=self.sparse, sparse_language=self.sparse_language,
-                    index_metadata=dict(self.index_metadata))
+        opened = cls(store, collection, embedder, record.settings, **kwargs, record=record)
+        opened.settings = record.settings
+        return opened
 
     def like(self, collection: str) -> QdrantSync:
-        """Another collection's sync with this one's settings (the staging collection of a rebuild)."""
-        return QdrantSync(self.store, collection, self.embedder, **self.settings())
+        """Another collection's sync with this one's settings and options (the staging collection of a rebuild)."""
+        return QdrantSync(self.store, collection, self.embedder, self.settings, model_id=self.model_id,
+                          batch_size=self.batch_size, retries=self.calls.retries, index_metadata=self.index_metadata)
 
     # ------------------------------------------------------------------ collection
     @property
@@ -182,106 +172,52 @@ class QdrantSync:
             self._fingerprint = model_fingerprint(self.embedder)
         return self._fingerprint
 
-    def new_record(self, bm25: dict[str, Any] | None = None) -> CollectionRecord:
-        """The record a collection created by this instance gets (``bm25``: its BM25 settings)."""
-        return CollectionRecord.new(
-            self.collection, model_id=self.model_id, fingerprint=self.fingerprint, dim=self.embedder.dim,
-            max_length=self.embedder.max_length, bm25=bm25, version=recemb.__version__,
-            settings=self._settings())
-
-    def _settings(self) -> SyncSettings:
-        return SyncSettings(self.passage_tokens, self.passage_overlap, self.max_tokens, self.sparse,
-                            self.sparse_language, self.passages_above, self.store_text)
+    @property
+    def model(self) -> ModelFacts:
+        """What the collection records of this instance's model, and checks."""
+        return ModelFacts(self.model_id, self.fingerprint, self.embedder.dim, self.embedder.max_length)
 
     def expected_metadata(self) -> dict[str, Any]:
         """The record of a collection created by this instance, before its BM25 lengths are chosen."""
-        return self.new_record().as_dict()
-
-    def choose_bm25(self, documents: Iterable[Any] = ()) -> dict[str, Any]:
-        """The BM25 settings of a new collection, average lengths sampled from ``documents`` (see ``lengths``)."""
-        return choose_bm25_settings(documents, self.sparse_language, self.embedder.tokenizer, self.passage_tokens)
-
-    def index_payload(self, collection: str) -> None:
-        """Payload indexes on the fields every sync filters by (a server and Edge use them; local mode has none)."""
-        for key, schema in {**PAYLOAD_INDEXES, **{f"metadata.{k}": v for k, v in self.index_metadata.items()}}.items():
-            self.calls(self.store.create_payload_index, collection, key, schema)
+        return CollectionRecord.new(self.collection, self.model, decide_settings(None, self.requested), None,
+                                    recemb.__version__).as_dict()
 
     def forget_checks(self) -> None:
         """The collection changed under this instance: read and check its record again when next needed."""
-        self.record, self._verified, self._read_checked, self._searchable = None, False, False, None
+        self.record, self.settings, self._prepared, self._read_checked, self._searchable = None, None, False, \
+            False, None
 
-    def ensure_collection(self, create: bool = True, documents: Sequence[Any] = ()) -> None:
-        """Create the collection, or check that it was built with this model, dimension and distance.
+    def ensure_collection(self, create: bool = True, documents: Iterable[Any] = ()) -> None:
+        """Create the collection, or check that it was built with this model, dimension and distance and decide the
+        settings of a sync (``collection.prepare_collection``).
 
         ``documents``: the first sync's documents, from which a new collection's BM25 average lengths are chosen.
         ``create=False`` is the read path: the collection must exist, only the model (and so the dimension) must
-        match, and its passage, truncation and BM25 settings are taken from the collection."""
-        if self._verified or (not create and self._read_checked):
+        match, and its settings are the collection's own."""
+        if self._prepared or (not create and self._read_checked):
             return
         record = self.record or read_record(self.store, self.collection, self.calls)
-        if record is None:
-            if not create:
+        if not create:
+            if record is None:
                 raise CollectionMismatchError(f"collection {self.collection!r} does not exist; "
                                               + (self.calls(interrupted_rebuild_hint, self.store, self.collection)
                                                  or "sync documents first"))
-            record = self.new_record(self.choose_bm25(documents) if self.sparse else None)
-            self.calls(self.store.create_collection, self.collection, self.embedder.dim, self.sparse,
-                       record.metadata())
-            self.index_payload(self.collection)
-            self.record, self._verified = record, True
+            record.check_model(self.model, for_sync=False)
+            self.record, self.settings, self._read_checked = record, record.settings, True
             return
-        if (refusal := record.refusal()) is not None:
-            raise CollectionMismatchError(refusal)
-        problems = record.model_problems(self.model_id, self.fingerprint, self.embedder.dim, record.dense_size)
-        if not create:
-            if problems:
-                raise CollectionMismatchError(
-                    f"collection {self.collection!r} cannot be searched with this model: " + "; ".join(problems)
-                    + f". Search it with the model it was built with ({record.model!r}).")
-            kept = record.settings
-            self._use(SyncSettings(kept.passage_tokens, kept.passage_overlap, kept.max_tokens, kept.sparse,
-                                   self.sparse_language, kept.passages_above, kept.store_text))
-            self.record, self._read_checked = record, True
-            return
-        if record.layout == 1 and self.sparse:
-            raise CollectionMismatchError(legacy_hybrid_refusal(self.collection))
-        tokens, overlap, above = choose_passages(record.settings, *self._named_passages)  # unnamed: the record's
-        store_text = self._store_text(record) if record.data.get("store_text") is not None else bool(
-            self._named_store_text)  # an empty collection of a recemb that did not record it: as named now
-        self._use(SyncSettings(tokens, overlap, self.max_tokens, self.sparse, self.sparse_language, above,
-                               store_text))
-        if record.layout > LAYOUT_VERSION:
-            raise CollectionMismatchError(f"collection {self.collection!r} has layout {record.layout}, newer than "
-                                          f"this recemb ({recemb.__version__}) knows; upgrade recemb")
-        problems += record.setting_problems(self.new_record(), self.sparse, self.sparse_language)
-        if problems:
-            raise CollectionMismatchError(
-                f"collection {self.collection!r} was built differently: " + "; ".join(problems)
-                + ". Nothing was written. Sync with the collection's settings, into a new collection, or rebuild it "
-                "with the new ones (`recemb sync --rebuild`).")
-        for key, schema in self.index_metadata.items():  # keys named after the collection was created
-            self.calls(self.store.create_payload_index, self.collection, f"metadata.{key}", schema)
-        if not record.data.get("point_roots"):  # made before points recorded their root: index it once
-            self.calls(self.store.create_payload_index, self.collection, ROOT_KEY, KEYWORD)
-            record = replace(record.updated(point_roots=True), persisted=False)
-        if record.data.get("store_text") is None:  # recorded from now on, as this sync writes its points
-            record = replace(record.updated(store_text=self.store_text), persisted=False)
-        if not record.persisted:  # what an earlier recemb did not record, read off the points: record it once
-            record = replace(record, persisted=True)
-            self.calls(self.store.update_metadata, self.collection, record.metadata())
-        self.record, self._verified = record, True
+        prepared = prepare_collection(self.calls, self.collection, record, self.requested, self.model,
+                                      self.index_metadata, recemb.__version__, documents, self.embedder.tokenizer,
+                                      settings=self._given)
+        self.record, self.settings, self._prepared = prepared.record, prepared.settings, True
 
     def scan(self) -> StoredDocuments:
         """What the collection's points hold (one pass over them): pass it to ``sync(stored=)`` after looking."""
         return scan_documents(self.calls, self.collection)
 
     def write_job(self, root: str = "") -> WriteJob:
-        """The second pass's settings for this collection (checked first)."""
-        return WriteJob(collection=self.collection, layout=self.record.layout, root=root, store_text=self.store_text,
-                        passage_tokens=self.passage_tokens, passage_overlap=self.passage_overlap,
-                        passages_above=self.passages_above, batch_size=self.batch_size, max_tokens=self.max_tokens,
-                        bm25=self.record.bm25,
-                        fingerprint=self.fingerprint)
+        """The second pass's settings for this collection (prepared first)."""
+        return WriteJob(collection=self.collection, layout=self.record.layout, root=root, settings=self.settings,
+                        batch_size=self.batch_size, bm25=self.record.bm25, fingerprint=self.fingerprint)
 
     # ------------------------------------------------------------------ sync
     def sync(
@@ -330,24 +266,22 @@ class QdrantSync:
         sends in the order they were made (passages, then the document point that carries the hash), then deletes
         what is gone.
 
-        ``stored``: the collection's ``scan()``, if the caller made one (it is not scanned again).
+        ``stored``: the collection's ``scan()``, if the caller made one (it is not scanned again). Every change the
+        sync makes is a ``writes`` value, applied in order through ``StoreCalls.apply``.
 
         ``documents`` may be ``DocumentSource``s: read once to hash them and again only to embed, a batch at a time.
         If every document fails to read, a sync with ``delete_missing`` raises ``NothingReadableError`` before any
         write."""
-        if rebuild:
-            if not delete_missing:
-                raise ValueError("a rebuild builds the collection from `documents` alone; delete_missing=False "
-                                 "cannot keep documents that are not among them")
-            if scope is not None:
-                raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
-            return rebuild_collection(self, list(documents), show_progress_bar, on_document, keep_ids,
-                                      allow_mass_delete, skip_empty, executor, stored)
+        if rebuild and not delete_missing:
+            raise ValueError("a rebuild builds the collection from `documents` alone; delete_missing=False cannot "
+                             "keep documents that are not among them")
+        if rebuild and scope is not None:
+            raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
-        report = SyncReport()
-        # The first pass: ids, hashes and metadata, no text kept (a bar where there are many to read).
+        # The first pass: ids, hashes and metadata, no text kept (a bar where there are many to read). A rebuild
+        # uses the same pass for its staging collection: every document is read and hashed once.
         sized = len(documents) if isinstance(documents, Sized) else 0
         shown = show_progress_bar if show_progress_bar is not None else sized > FIRST_PASS_BAR
         entries, bad = read_entries(tqdm(documents, total=sized or None, desc=f"Reading for {self.collection}",
@@ -355,31 +289,44 @@ class QdrantSync:
         # Sources found by folder_sources know their root: the sync is that root's, never another's.
         root = sources_root(scope_root(scope) if scope is not None else None,
                             (scope_root(e.root) if e.root else e.root for e in entries))
+        if rebuild and root:
+            raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
+                             "(found with an id prefix); rebuild from sources without one; nothing was written")
         if root:
             bad += [(e.id, f"id is outside this sync's scope {root!r}") for e in entries if not e.id.startswith(root)]
             entries = [e for e in entries if e.id.startswith(root)]
         if delete_missing and bad and not entries:
             raise NothingReadableError(f"none of the {len(bad)} documents could be read ({bad[0][0]}: {bad[0][1]}); "
                                        "nothing was synced or deleted")
+        options = dict(show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=keep_ids,
+                       allow_mass_delete=allow_mass_delete, skip_empty=skip_empty, executor=executor)
+        if finish_interrupted_rebuild(self.calls, self.collection, self.index_metadata):
+            self.forget_checks()  # the collection was replaced: what the caller read and scanned is gone
+            stored = None
+            if rebuild:  # ... by the rebuild that was asked for: bring it up to date
+                rebuild = False
+        if rebuild:
+            return self._rebuild(entries, bad, stored, start=start, **options)
+        return self._sync_entries(entries, bad, root, delete_missing, stored, start=start, **options)
+
+    def _sync_entries(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], root: str,
+                      delete_missing: bool, stored: StoredDocuments | None, start: float,
+                      show_progress_bar: bool | None, on_document: Callable[[str, str], None] | None,
+                      keep_ids: Iterable[str], allow_mass_delete: bool, skip_empty: bool,
+                      executor: Executor | None) -> SyncReport:
+        """A sync after its first pass (``entries``, and ``bad``: documents that could not be read)."""
+        report = SyncReport()
         report.failed.extend(bad)
         entries, left_out, blank = check_empty(entries, skip_empty)
         report.warnings.extend(blank)
-        if finish_interrupted_rebuild(self):
-            stored = None  # the collection was replaced: what the caller scanned is gone
         self.ensure_collection(documents=entries)  # before any write
         plan = plan_sync(self.collection, entries, left_out, bad, stored if stored is not None else self.scan(),
                          root, delete_missing, keep_ids, allow_mass_delete)
         report.failed.extend(plan.failed)
         report.warnings.extend(plan.warnings)
-        for entry in plan.metadata_updates:
-            self.calls(self.store.set_payload, self.collection, {"metadata": entry.metadata}, ids=[point_id(entry.id)])
-            self.calls(self.store.set_payload, self.collection, {"metadata": entry.metadata},
-                       filter=models.Filter(must=[match("document_id", entry.id), match("kind", KIND_PASSAGE)]))
-        report.metadata_updated, report.unchanged = len(plan.metadata_updates), plan.unchanged
-        for i in range(0, len(plan.unstamped), DELETE_BATCH):
-            self.calls(self.store.set_payload, self.collection, {ROOT_KEY: root}, filter=models.Filter(must=[
-                models.FieldCondition(key="document_id", match=models.MatchAny(any=plan.unstamped[i:i + DELETE_BATCH]))
-            ]))
+        report.metadata_updated, report.unchanged = plan.metadata_updated, plan.unchanged
+        for write in plan.before:
+            self.calls.apply(self.collection, write)
 
         def on_outcome(outcome: WriteOutcome) -> None:
             report.absorb(outcome)
@@ -389,19 +336,59 @@ class QdrantSync:
         show = show_progress_bar if show_progress_bar is not None else (
             len(plan.to_embed) > self.batch_size or any(e.size > STREAM_HINT_SIZE for e, _ in plan.to_embed))
         (executor or LocalExecutor(embed_progress=show_progress_bar)).run(
-            self.write_job(root), plan.to_embed, self.embedder, lambda write: self.calls.write(self.collection, write),
+            self.write_job(root), plan.to_embed, self.embedder, lambda write: self.calls.apply(self.collection, write),
             on_outcome, show_progress_bar=show)
-        if plan.stale:
-            # Only this root's points (or unstamped ones it owns): another root's never match, whatever their id.
-            this_root = models.Filter(should=[match(ROOT_KEY, root), models.IsEmptyCondition(
-                is_empty=models.PayloadField(key=ROOT_KEY))])
-            for i in range(0, len(plan.stale), DELETE_BATCH):
-                self.calls(self.store.delete, self.collection, models.Filter(must=[models.FieldCondition(
-                    key="document_id", match=models.MatchAny(any=plan.stale[i:i + DELETE_BATCH])), this_root]))
-            report.deleted = plan.deleted
+        for write in plan.after:
+            self.calls.apply(self.collection, write)
+        report.deleted = plan.deleted
         if report.added or report.updated:
-            self.calls(self.store.optimize, self.collection, show_progress_bar=show_progress_bar)
+            self.calls.apply(self.collection, Optimize(show_progress_bar=show_progress_bar))
         self._warn_if_too_large(report)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _rebuild(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], stored: StoredDocuments | None,
+                 start: float, show_progress_bar: bool | None, on_document: Callable[[str, str], None] | None,
+                 keep_ids: Iterable[str], allow_mass_delete: bool, skip_empty: bool,
+                 executor: Executor | None) -> SyncReport:
+        """Rebuild the collection from ``entries`` with this instance's settings (``rebuild``'s module docstring):
+        the staging collection is synced from the same first pass, and its record is the one its sync made."""
+        live = self.record or read_record(self.store, self.collection, self.calls)
+        if live is not None:  # (a collection not made by recemb is refused by read_record)
+            settings = decide_settings(live, self.requested, rebuild=True)
+            stored = stored if stored is not None else self.scan()
+            kept, left_out, _ = check_empty(entries, skip_empty)
+            stale = rebuild_deletions(self.collection, stored, kept, left_out, bad, keep_ids, allow_mass_delete)
+        else:
+            settings, stale = decide_settings(None, self.requested), []
+        staging = staging_name(self.collection)
+        if staging is None:
+            raise ValueError(f"collection name {self.collection!r} is too long to rebuild beside itself")
+        builder = QdrantSync(self.store, staging, self.embedder, settings, model_id=self.model_id,
+                             batch_size=self.batch_size, retries=self.calls.retries,
+                             index_metadata=self.index_metadata)
+        options = dict(show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=(),
+                       allow_mass_delete=True, skip_empty=skip_empty, executor=executor)
+        try:
+            report = builder._sync_entries(entries, bad, "", True, None, start=start, **options)
+        except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
+            # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
+            read_record(self.store, staging, self.calls)
+            self.calls.apply(staging, DropCollection())
+            builder.forget_checks()
+            report = builder._sync_entries(entries, bad, "", True, None, start=start, **options)
+        unreadable = sorted(set(keep_ids))
+        if report.failed or unreadable:
+            failed = report.failed + [(d, "could not be read") for d in unreadable]
+            raise RebuildError(
+                f"{len(failed)} documents failed ({failed[0][0]}: {failed[0][1]}); collection {self.collection!r} "
+                f"was not replaced, so their current versions are kept. Fix or remove them and run the rebuild "
+                f"again: the {report.added + report.updated + report.unchanged} documents already rebuilt in "
+                f"{staging!r} are kept and not embedded again.", report)
+        final = mark_staged(self.calls, self.collection, builder.record)
+        swap(self.calls, self.collection, final, live_exists=live is not None, index_metadata=self.index_metadata)
+        self.forget_checks()  # the collection changed under this instance
+        report.deleted = len(stale)
         report.seconds = time.perf_counter() - start
         return report
 
@@ -438,12 +425,12 @@ class QdrantSync:
         conditions = check_search(query, limit, filter, granularity, mode, fusion)
         self.ensure_collection(create=False)
         if self._searchable is None or self._searchable.record is not self.record:
-            self._searchable = Searchable(self.collection, self.record.layout, bm25_encoders(self.record.bm25)[0],
-                                          self.passage_tokens, self.record)
+            self._searchable = Searchable.of(self.record)
         return search(self.calls, self._searchable, self.embedder, query, limit, instruction, filter, granularity,
                       mode, fusion, conditions)
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""
-        return self.calls(self.store.count, self.collection, models.Filter(must=[match("kind", KIND_DOCUMENT)]))
+        from qdrant_client import models
 
+        return self.calls(self.store.count, self.collection, models.Filter(must=[match("kind", KIND_DOCUMENT)]))

@@ -4,9 +4,10 @@ before it leaves the old hash, or no point, and the next sync redoes the documen
 in windows and embedded as a stream, its passages cut from the same stream: memory is bounded by a batch (or one
 long document), not by the corpus.
 
-``DocumentWriter`` makes the writes and hands each to ``emit`` as data (``calls.Upsert``/``calls.Delete``); what a
-sync does with them is its executor's choice: ``LocalExecutor`` sends them to the store as they are made, a Ray
-executor returns them to the driver (``recemb_integrations.ray``). The executor contract is data in, data out:
+``DocumentWriter`` makes the writes and hands each to ``emit`` as data (``writes.Upsert`` and
+``writes.DeleteStalePassages``); what a sync does with them is its executor's choice: ``LocalExecutor`` hands them to
+the sync as they are made, a Ray executor returns them to the driver (``recemb_integrations.ray``), and the sync
+applies every one through the same step (``StoreCalls.apply``). The executor contract is data in, data out:
 ``run(job, tasks, embedder, emit, on_outcome, show_progress_bar)``.
 """
 
@@ -17,28 +18,22 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from recemb.core.streaming import TokenizationError, TokenStream
-from recemb_integrations._imports import require
-from recemb_integrations.qdrant.calls import Delete, Upsert, Write
 from recemb_integrations.qdrant.documents import Document, DocumentEntry, WriteOutcome
 from recemb_integrations.qdrant.points import (
-    KIND_PASSAGE,
     PassageWindows,
     Span,
     content_hash,
     document_payload,
-    match,
     passage_payload,
     point_id,
     point_vectors,
 )
-from recemb_integrations.sparse import Bm25
+from recemb_integrations.qdrant.record import SyncSettings, bm25_encoders
+from recemb_integrations.qdrant.writes import DeleteStalePassages, Upsert, Write
 from recemb_integrations.stores import StoredPoint
 from recemb_integrations.terminal import escape
 
-models = require("qdrant_client.models", "qdrant")
-
-__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "Executor", "LocalExecutor", "PASSAGE_WRITE_BATCH", "WriteJob",
-           "bm25_encoders"]
+__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "Executor", "LocalExecutor", "PASSAGE_WRITE_BATCH", "WriteJob"]
 
 PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
 BATCH_MAX_CHARS = 4 << 20  # text of one batch at most (its token ids are held as Python ints until embedded)
@@ -51,29 +46,17 @@ FEW_TOKENS_CHARS_PER_TOKEN = 100
 @dataclass(frozen=True)
 class WriteJob:
     """Everything the second pass needs besides the model and the documents: data only, so it travels to other
-    processes. ``bm25``: the collection's recorded BM25 settings (None: dense-only); ``fingerprint``: the model
-    the collection records, which whoever embeds must load; ``root``: recorded on every point; ``passages_above``:
-    documents of at most this many tokens get no passages."""
+    processes. ``settings``: the sync's (passages, truncation, stored texts); ``bm25``: the collection's recorded
+    BM25 settings (None: dense-only); ``fingerprint``: the model the collection records, which whoever embeds must
+    load; ``root``: recorded on every point."""
 
     collection: str
     layout: int
     root: str
-    store_text: bool
-    passage_tokens: int | None
-    passage_overlap: int
+    settings: SyncSettings
     batch_size: int
-    max_tokens: int | None
     bm25: dict[str, Any] | None
     fingerprint: str
-    passages_above: int = 0
-
-
-def bm25_encoders(settings: dict[str, Any] | None) -> tuple[Bm25 | None, Bm25 | None]:
-    """(documents' BM25, passages' BM25) from a collection's recorded settings; (None, None) when dense-only."""
-    if not settings:
-        return None, None
-    bm25 = Bm25.from_settings({k: v for k, v in settings.items() if k != "passage_avg_len"})
-    return bm25, bm25.with_avg_len(settings.get("passage_avg_len", bm25.avg_len))
 
 
 class Executor(Protocol):
@@ -114,7 +97,7 @@ class DocumentWriter:
     def __init__(self, embedder: Any, job: WriteJob, emit: Callable[[Write], None]):
         self.embedder, self.job, self.emit = embedder, job, emit
         self.bm25, self.bm25_passages = bm25_encoders(job.bm25)
-        limits = [n for n in (job.max_tokens, embedder.max_length) if n is not None]
+        limits = [n for n in (job.settings.max_tokens, embedder.max_length) if n is not None]
         self.token_limit = min(limits) if limits else None
 
     def write(self, tasks: Iterable[tuple[DocumentEntry, str]], on_outcome: Callable[[WriteOutcome], None],
@@ -146,7 +129,7 @@ class DocumentWriter:
         try:
             if emb.tokenizer is None:
                 emb.tokenize([])  # raises the error that names the missing tokenizer
-            cut = bool(self.job.passage_tokens)  # passages need each token's characters
+            cut = self.job.settings.passages  # passages need each token's characters
             whole = emb.tokenizer.encode([d.text for d, _ in batch], offsets=cut)
         except Exception as e:  # a tokenizer failure is one batch's problem, not the sync's
             return WriteOutcome(failed=[(d.id, f"tokenization failed: {e}") for d, _ in batch], documents=len(batch))
@@ -159,7 +142,7 @@ class DocumentWriter:
         finished = []
         for (doc, action), vector, doc_pieces, stream in zip(batch, vectors, pieces, streams):
             text_hash, n_passages = content_hash(doc.text), 0
-            if cut and stream.tokens - 1 > self.job.passages_above:  # a shorter document is its own passage
+            if cut and stream.tokens - 1 > self.job.settings.passages_above:  # a shorter document is its own passage
                 passages = PassageWriter(self, doc, text_hash)
                 for piece_ids, piece_spans in doc_pieces:
                     passages.feed(piece_ids, piece_spans)
@@ -184,7 +167,7 @@ class DocumentWriter:
             with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
                       desc=_short(doc.id)) as bar:
                 text_hash = content_hash(doc.text)
-                passages = PassageWriter(self, doc, text_hash) if self.job.passage_tokens else None
+                passages = PassageWriter(self, doc, text_hash) if self.job.settings.passages else None
                 stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update,
                                              offsets=passages is not None)
 
@@ -210,14 +193,13 @@ class DocumentWriter:
         their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
         point), so the next sync redoes them."""
         job = self.job
-        stale = [models.Filter(must=[match("document_id", doc.id), match("kind", KIND_PASSAGE),
-                                     models.FieldCondition(key="passage", range=models.Range(gte=n_passages))])
-                 for doc, action, _, _, n_passages, _ in finished if action == "updated" or n_passages]
+        stale = tuple((doc.id, n_passages) for doc, action, _, _, n_passages, _ in finished
+                      if action == "updated" or n_passages)
         if stale:  # passages beyond the new count belong to an older version of the text
-            self.emit(Delete(models.Filter(should=stale)))
+            self.emit(DeleteStalePassages(stale))
         points = []
         for doc, _, vector, stream, n_passages, text_hash in finished:
-            payload = document_payload(doc.id, doc.text, doc.metadata, stream.tokens, job.root, job.store_text,
+            payload = document_payload(doc.id, doc.text, doc.metadata, stream.tokens, job.root, job.settings.store_text,
                                        n_passages, text_hash)
             sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
             points.append(StoredPoint(point_id(doc.id), payload, point_vectors(job.layout, vector, sparse)))
@@ -245,8 +227,10 @@ class PassageWriter:
     def __init__(self, writer: DocumentWriter, doc: Document, document_hash: str):
         self.writer, self.doc, self.document_hash = writer, doc, document_hash
         job = writer.job
-        self.windows = PassageWindows(job.passage_tokens, job.passage_overlap, writer.embedder.tokenizer.eos_token_id)
-        self.above = job.passages_above
+        settings = job.settings
+        self.windows = PassageWindows(settings.passage_tokens, settings.passage_overlap,
+                                      writer.embedder.tokenizer.eos_token_id)
+        self.above = settings.passages_above
         self.pending: list[tuple[list[int], tuple[int, int]]] = []
         self.seen = 0  # ids fed (the last may be the EOS)
         self.written = 0
@@ -278,7 +262,7 @@ class PassageWriter:
             # The passage's own characters: what its BM25 vector counts and what a search shows and quotes.
             text = doc.text[span[0] : span[1]]
             payload = passage_payload(doc.id, i, doc.metadata, len(ids), job.root, span, self.document_hash,
-                                      text if job.store_text else None)
+                                      text if job.settings.store_text else None)
             sparse = writer.bm25_passages.embed_document(text) if writer.bm25_passages is not None else None
             points.append(StoredPoint(point_id(doc.id, i), payload, point_vectors(job.layout, v, sparse)))
         writer.emit(Upsert(tuple(points)))

@@ -348,11 +348,11 @@ RUNNER = textwrap.dedent("""
     # The real `recemb sync` in its own process, reporting the document points it writes (and each delete) to a
     # progress file and pausing after it, so the test can interrupt or kill it at a known point.
     import sys, time
-    import recemb_integrations.qdrant.sync as q_sync
+    import recemb_integrations.qdrant.plan as q_plan
     import recemb_integrations.qdrant.writer as q_writer
     from recemb_integrations.cli import main
     progress, pause, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-    q_sync.DELETE_BATCH = 4
+    q_plan.DELETE_BATCH = 4
     complete = q_writer.DocumentWriter._complete
     def reporting_complete(self, finished, *a, **k):  # the documents' own points, written together
         complete(self, finished, *a, **k)
@@ -700,7 +700,8 @@ def test_dense_only_collections_and_their_flags(tmp_path, opts, capsys, monkeypa
 
 def test_a_recemb_0_1_collection_is_refused_hybrid_and_rebuilt_by_the_cli(tmp_path, opts, capsys, tiny_folder,
                                                                            store_kind):
-    from recemb_integrations.qdrant import REBUILD_SUFFIX, collection_settings
+    from recemb_integrations.qdrant import collection_settings
+    from recemb_integrations.qdrant.record import REBUILD_SUFFIX
 
     if store_kind == "edge":
         pytest.skip("recemb 0.1 collections exist only in qdrant-client stores")

@@ -217,9 +217,9 @@ def test_store_text_in_the_api(tiny_embedder, tmp_path, store_kind):
         sync = QdrantSync(store, "c", tiny_embedder)  # not named: the collection's
         assert sync.sync([Document("a", "alpha, edited"), Document("b", "beta")]).updated == 1
         assert sorted(h.text for h in sync.search("alpha", limit=2, mode="dense")) == ["alpha, edited", "beta"]
-        with pytest.raises(CollectionMismatchError, match="store_text True .collection. vs False"):
+        with pytest.raises(CollectionMismatchError, match="built with store_text=True, not False"):
             QdrantSync(store, "c", tiny_embedder, store_text=False).sync([Document("a", "x"), Document("b", "y")])
-        assert QdrantSync.open(store, "c", tiny_embedder).store_text is True
+        assert QdrantSync.open(store, "c", tiny_embedder).settings.store_text is True
 
 
 def test_a_collection_that_did_not_record_store_text_is_read_off_its_points(tiny_embedder, tmp_path, store_kind):

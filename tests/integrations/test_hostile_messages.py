@@ -30,7 +30,8 @@ from recemb.core import loading as loading_module  # noqa: E402
 from recemb.core.threads import THREADS_ENV, ThreadsCappedWarning, thread_policy  # noqa: E402
 from recemb_integrations.cli import main  # noqa: E402
 from recemb_integrations.cli.parser import build_parser  # noqa: E402
-from recemb_integrations.qdrant import Document, QdrantSync, scope_root  # noqa: E402
+from recemb_integrations.qdrant import Document, QdrantSync  # noqa: E402
+from recemb_integrations.qdrant.points import scope_root  # noqa: E402
 from recemb_integrations.sources import clean_id_prefix, folder_sources  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import assert_store_is, one_line_error, run, texts_under, write  # noqa: E402

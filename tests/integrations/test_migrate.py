@@ -24,7 +24,8 @@ from recemb_integrations.migrate import (  # noqa: E402
     migrate_collection,
     point_digest,
 )
-from recemb_integrations.qdrant import META_KEY, REBUILD_SUFFIX, collection_settings  # noqa: E402
+from recemb_integrations.qdrant import collection_settings  # noqa: E402
+from recemb_integrations.qdrant.record import META_KEY, REBUILD_SUFFIX  # noqa: E402
 from recemb_integrations.sparse import SparseVector  # noqa: E402
 from recemb_integrations.stores import SearchRequest, StoredPoint  # noqa: E402
 from recemb_integrations.stores.client import ClientStore  # noqa: E402

@@ -213,7 +213,7 @@ def test_a_collection_recorded_before_the_threshold_keeps_giving_every_document_
         store.update_metadata("p", {"recemb": record})
         sync = QdrantSync(store, "p", tiny_embedder)
         sync.sync([Document("a", "x y"), Document("b", "one two")])
-        assert sync.passages_above == 0 and len(passages_of(store, "p", "b")) == 1
+        assert sync.settings.passages_above == 0 and len(passages_of(store, "p", "b")) == 1
 
 
 def _write_incomplete(store, emb, doc_id, text):
@@ -231,7 +231,7 @@ def _write_incomplete(store, emb, doc_id, text):
     assert all(p.payload["kind"] == "document" for p in document_points.points)
     calls = StoreCalls(store)
     for write in writes:
-        calls.write("p", write)
+        calls.apply("p", write)
 
 
 def _entry(doc_id, text):

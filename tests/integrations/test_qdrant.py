@@ -366,7 +366,7 @@ def test_passage_windows_from_a_stream_equal_the_whole_list_rule():
     last starting before the final O, each followed by the EOS; an empty body gives [EOS]."""
     import random
 
-    from recemb_integrations.qdrant import PassageWindows
+    from recemb_integrations.qdrant.points import PassageWindows
 
     def whole_list_rule(ids, size, overlap):
         body, eos = ids[:-1], ids[-1]
@@ -391,14 +391,9 @@ def test_passage_windows_from_a_stream_equal_the_whole_list_rule():
 
 
 # ---------------------------------------------------------------------------------------------- hybrid (dense + BM25)
-from recemb_integrations.qdrant import (  # noqa: E402
-    REBUILD_SUFFIX,
-    RRF_K,
-    MassDeletionError,
-    RebuildError,
-    SearchNotice,
-    collection_settings,
-)
+from recemb_integrations.qdrant import MassDeletionError, RebuildError, SearchNotice, collection_settings  # noqa: E402
+from recemb_integrations.qdrant.record import REBUILD_SUFFIX  # noqa: E402
+from recemb_integrations.qdrant.search import RRF_K  # noqa: E402
 from recemb_integrations.sparse import Bm25  # noqa: E402
 
 CORPUS = [Document(f"d{i:02d}", text, {"i": i}) for i, text in enumerate([
@@ -559,11 +554,13 @@ def test_grouped_search_returns_distinct_documents_with_their_best_passage(store
 def test_search_modes_are_checked(store, embedder):
     QdrantSync(store, "dense", embedder, sparse=False).sync(CORPUS[:3])
     dense_only = QdrantSync.open(store, "dense", embedder)
-    assert dense_only.sparse is False and len(dense_only.search("whale", limit=2)) == 2
+    assert dense_only.settings.sparse is False and len(dense_only.search("whale", limit=2)) == 2
     with pytest.raises(ValueError, match="no BM25 vectors"):
         dense_only.search("whale", mode="hybrid")
-    with pytest.raises(CollectionMismatchError, match="BM25 vectors absent"):
-        QdrantSync(store, "dense", embedder).sync(CORPUS[:3])
+    with pytest.raises(CollectionMismatchError, match="built dense-only"):
+        QdrantSync(store, "dense", embedder, sparse=True).sync(CORPUS[:3])
+    # not named: the collection's, as every setting (one rule, record.decide_settings)
+    assert QdrantSync(store, "dense", embedder).sync(CORPUS[:3]).unchanged == 3
     with pytest.raises(ValueError, match="mode must be one of"):
         dense_only.search("whale", mode="bm25")
     with pytest.raises(ValueError, match="fusion must be one of"):

@@ -11,21 +11,29 @@ from recemb_integrations.qdrant import (  # noqa: E402
     DEFAULT_PASSAGES_ABOVE,
     CollectionMismatchError,
     CollectionRecord,
-    Delete,
     Document,
     LocalExecutor,
     MassDeletionError,
     QdrantSync,
     RequestedSettings,
     SettingsConflict,
-    StoredDocuments,
     SyncSettings,
-    Upsert,
     content_hash,
-    reconcile_settings,
 )
 from recemb_integrations.qdrant.documents import read_entries  # noqa: E402
-from recemb_integrations.qdrant.plan import plan_sync  # noqa: E402
+from recemb_integrations.qdrant.errors import InvalidSetting  # noqa: E402
+from recemb_integrations.qdrant.plan import (  # noqa: E402
+    StoredDocuments,
+    plan_sync,
+)
+from recemb_integrations.qdrant.record import NO_PASSAGES, ModelFacts, decide_settings  # noqa: E402
+from recemb_integrations.qdrant.writes import (  # noqa: E402
+    DeleteDocuments,
+    DeleteStalePassages,
+    SetMetadata,
+    StampRoot,
+    Upsert,
+)
 from recemb_integrations.stores import open_store  # noqa: E402
 
 DOCS = [Document(f"d{i}.txt", f"document number {i} about state space models " * (i + 1), {"n": i})
@@ -47,49 +55,79 @@ def test_a_collection_without_a_record_is_not_recembs():
 def test_settings_come_from_the_record_where_none_are_requested():
     kept = record(passage_tokens=64, passage_overlap=8, max_tokens=1000)
     # a record of a recemb that did not record the threshold: every document got passages
-    assert reconcile_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english", 0)
-    assert reconcile_settings(record(passage_tokens=64, passage_overlap=8, passages_above=100),
-                              RequestedSettings()).passages_above == 100
+    assert decide_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english", 0)
+    assert decide_settings(record(passage_tokens=64, passage_overlap=8, passages_above=100),
+                           RequestedSettings()).passages_above == 100
     # a new collection: the named passages with no overlap and their own length as threshold, else the defaults
-    assert reconcile_settings(None, RequestedSettings(passage_tokens=32)) == SyncSettings(32, 0, None, True,
-                                                                                        passages_above=32)
-    assert reconcile_settings(None, RequestedSettings()) == SyncSettings(
+    assert decide_settings(None, RequestedSettings(passage_tokens=32)) == SyncSettings(32, 0, None, True,
+                                                                                     passages_above=32)
+    assert decide_settings(None, RequestedSettings()) == SyncSettings(
         DEFAULT_PASSAGE_TOKENS, DEFAULT_PASSAGE_OVERLAP, None, True, passages_above=DEFAULT_PASSAGES_ABOVE)
-    assert reconcile_settings(None, RequestedSettings(passage_tokens=0)).passage_tokens is None
-    assert reconcile_settings(None, RequestedSettings(passages_above=500)).passages_above == 500
+    assert decide_settings(None, RequestedSettings(passage_tokens=0)).passage_tokens is None
+    assert decide_settings(None, RequestedSettings(passages_above=500)).passages_above == 500
     # "no passages" named against a collection without them is no conflict; against one with them it is
-    assert reconcile_settings(record(), RequestedSettings(passage_tokens=0)).passage_tokens is None
+    assert decide_settings(record(), RequestedSettings(passage_tokens=0)).passage_tokens is None
     with pytest.raises(SettingsConflict):
-        reconcile_settings(kept, RequestedSettings(passage_tokens=0))
+        decide_settings(kept, RequestedSettings(passage_tokens=0))
     with pytest.raises(SettingsConflict):
-        reconcile_settings(kept, RequestedSettings(passages_above=10))
-    assert reconcile_settings(record(sparse={"language": "german"}), RequestedSettings()).sparse_language == "german"
+        decide_settings(kept, RequestedSettings(passages_above=10))
+    assert decide_settings(record(sparse={"language": "german"}), RequestedSettings()).sparse_language == "german"
 
 
 def test_a_requested_setting_that_contradicts_the_record_is_a_conflict():
     with pytest.raises(SettingsConflict) as caught:
-        reconcile_settings(record(passage_tokens=64, passage_overlap=0), RequestedSettings(passage_tokens=32))
+        decide_settings(record(passage_tokens=64, passage_overlap=0), RequestedSettings(passage_tokens=32))
     assert (caught.value.key, caught.value.recorded, caught.value.requested) == ("passage_tokens", 64, 32)
     with pytest.raises(SettingsConflict, match="BM25") as caught:
-        reconcile_settings(record(), RequestedSettings(sparse=False))
+        decide_settings(record(), RequestedSettings(sparse=False))
     assert caught.value.key == "sparse"
     legacy = record(layout=1, sparse=None)
     with pytest.raises(CollectionMismatchError, match="recemb 0.1"):
-        reconcile_settings(legacy, RequestedSettings())
-    assert reconcile_settings(legacy, RequestedSettings(sparse=False)).sparse is False
+        decide_settings(legacy, RequestedSettings())
+    assert decide_settings(legacy, RequestedSettings(sparse=False)).sparse is False
     # A rebuild takes what is requested, the record's passages where nothing is.
-    rebuilt = reconcile_settings(record(passage_tokens=64, passage_overlap=8), RequestedSettings(sparse=False),
-                                 rebuild=True)
+    rebuilt = decide_settings(record(passage_tokens=64, passage_overlap=8), RequestedSettings(sparse=False),
+                              rebuild=True)
     assert rebuilt == SyncSettings(64, 8, None, False)
-    with pytest.raises(ValueError, match="passage_overlap"):
-        reconcile_settings(None, RequestedSettings(passage_tokens=8, passage_overlap=8))
+    with pytest.raises(InvalidSetting, match="passage_overlap") as caught:
+        decide_settings(None, RequestedSettings(passage_tokens=8, passage_overlap=8))
+    assert (caught.value.key, caught.value.value, caught.value.passage_tokens) == ("passage_overlap", 8, 8)
+    # hybrid named against a dense-only collection, and another BM25 language: the same one rule
+    with pytest.raises(SettingsConflict) as caught:
+        decide_settings(record(sparse=None), RequestedSettings(sparse=True))
+    assert (caught.value.key, caught.value.recorded, caught.value.requested) == ("sparse", False, True)
+    assert decide_settings(record(sparse=None), RequestedSettings()).sparse is False
+    with pytest.raises(SettingsConflict) as caught:
+        decide_settings(record(), RequestedSettings(sparse_language="german"))
+    assert caught.value.key == "sparse_language"
+
+
+def test_no_passages_has_one_meaning():
+    """passage_tokens None in settings; in a request NO_PASSAGES (0), and an overlap or threshold beside it is
+    refused by name rather than carried as a passage setting of a collection without passages."""
+    off = decide_settings(None, RequestedSettings(passage_tokens=NO_PASSAGES))
+    assert (off.passage_tokens, off.passage_overlap, off.passages_above, off.passages) == (None, 0, 0, False)
+    for key in ("passage_overlap", "passages_above"):
+        with pytest.raises(InvalidSetting) as caught:
+            decide_settings(None, RequestedSettings(passage_tokens=NO_PASSAGES, **{key: 4}))
+        assert (caught.value.key, caught.value.passage_tokens) == (key, None)
+    with pytest.raises(InvalidSetting):
+        SyncSettings(None, passage_overlap=4)
+    # settings given whole are held to: a collection with others refuses them
+    full = decide_settings(None, RequestedSettings())
+    assert decide_settings(None, full.as_requested()) == full
+    with pytest.raises(SettingsConflict):
+        decide_settings(record(passage_tokens=64, passage_overlap=8), full.as_requested())
 
 
 def test_the_record_names_what_differs_from_a_model():
     kept = record()
-    assert kept.model_problems("m", "f", 8, 8) == []
-    assert "dimension" in kept.model_problems("m", "f", 16, None)[0]
-    assert "other weights" in kept.model_problems("m", "g", 8, None)[0]
+    assert kept.model_problems(ModelFacts("m", "f", 8)) == []
+    assert "dimension" in kept.model_problems(ModelFacts("m", "f", 16))[0]
+    assert "other weights" in kept.model_problems(ModelFacts("m", "g", 8))[0]
+    with pytest.raises(CollectionMismatchError, match="max_length"):
+        record(max_length=512).check_model(ModelFacts("m", "f", 8, max_length=256), for_sync=True)
+    record(max_length=512).check_model(ModelFacts("m", "f", 8, max_length=256), for_sync=False)  # a search: fine
     assert kept.refusal() is None
     assert "migrate" in record(migration={"state": "copying"}).refusal()
     assert "rebuild" in record(rebuild={"state": "copying"}).refusal()
@@ -112,16 +150,19 @@ def test_the_plan_sorts_documents_by_what_the_collection_holds():
         seen={"d0.txt": "", "d1.txt": None, "d2.txt": "", "gone.txt": "", "other/x.txt": "other/"})
     plan = plan_sync("c", docs, [], [], stored, "", True, (), False)
     assert [(e.id, action) for e, action in plan.to_embed] == [("d2.txt", "updated"), ("d3.txt", "added")]
-    assert [e.id for e in plan.metadata_updates] == ["d1.txt"] and plan.unchanged == 1
-    assert plan.unstamped == ["d1.txt"]  # written before points recorded their root
-    assert plan.stale == ["gone.txt"] and plan.deleted == 1  # another root's "other/x.txt" is not this sync's
+    assert plan.metadata_updated == 1 and plan.unchanged == 1
+    # every other change as data: the metadata rewritten and the root stamped (written before points recorded
+    # their root) before the embedding, what is gone deleted after it; another root's "other/x.txt" is not this sync's
+    assert plan.before == (SetMetadata("d1.txt", {"n": 1}), StampRoot(("d1.txt",), ""))
+    assert plan.after == (DeleteDocuments(("gone.txt",), ""),) and plan.deleted == 1
 
 
 def test_the_plan_refuses_to_delete_most_of_a_collection():
     stored = StoredDocuments({f"old{i}": ("h", {}) for i in range(10)}, {f"old{i}": "" for i in range(10)})
     with pytest.raises(MassDeletionError, match="would delete 10 of the 10"):
         plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), False)
-    assert len(plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), True).stale) == 10
+    deletes = plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), True).after
+    assert sorted(d for write in deletes for d in write.document_ids) == sorted(stored.documents)
 
 
 # ---------------------------------------------------------------------- the writes, as data
@@ -171,7 +212,7 @@ def test_writes_made_elsewhere_and_sent_later_give_the_same_collection(tmp_path,
         executor = Collecting()
         QdrantSync(there, "docs", tiny_embedder, **settings).sync(edited, executor=executor)
         QdrantSync(here, "docs", tiny_embedder, **settings).sync(edited)
-        assert Delete in {type(w) for w in executor.writes}  # the shortened documents' surplus passages
+        assert DeleteStalePassages in {type(w) for w in executor.writes}  # the shortened documents' surplus passages
         assert snapshot(here) == snapshot(there)
 
 
@@ -191,7 +232,8 @@ class Counting:
 
     def scroll(self, collection, *args, **kwargs):
         points, offset = self.inner.scroll(collection, *args, **kwargs)
-        if "content_hash" in (kwargs.get("with_payload") or ()) and kwargs.get("offset") is None:
+        selected = kwargs.get("with_payload")
+        if isinstance(selected, (list, tuple)) and "content_hash" in selected and kwargs.get("offset") is None:
             self.scans += 1
         return points, offset
 
@@ -204,7 +246,7 @@ def test_a_sync_given_the_record_and_the_scan_reads_neither_again(tmp_path, tiny
         store = Counting(inner)
         found = read_record(store, "docs")
         assert store.infos == 1
-        sync = QdrantSync(store, "docs", tiny_embedder, **found.settings.as_kwargs(), record=found)
+        sync = QdrantSync(store, "docs", tiny_embedder, found.settings, record=found)
         stored = sync.scan()
         report = sync.sync(DOCS, stored=stored)
         assert (report.added, report.unchanged) == (3, 3)
@@ -213,3 +255,39 @@ def test_a_sync_given_the_record_and_the_scan_reads_neither_again(tmp_path, tiny
         store.infos = store.scans = 0
         QdrantSync(store, "docs", tiny_embedder).sync(DOCS)
         assert (store.infos, store.scans) == (1, 1)
+
+
+def test_a_rebuild_reads_each_document_once_and_the_live_record_once(tmp_path, tiny_embedder):
+    """The staging collection is synced from the rebuild's own first pass: every source is hashed once and read
+    once to be embedded; the live collection's record is read once, and the staging collection's record is the
+    one its sync made, not read back."""
+    from recemb_integrations.qdrant import DocumentSource
+
+    texts = {d.id: d.text for d in DOCS}
+    hashed, read = [], []
+
+    def source(doc_id):
+        def fingerprint():
+            hashed.append(doc_id)
+            return content_hash(texts[doc_id]), False
+
+        def load():
+            read.append(doc_id)
+            return texts[doc_id]
+
+        return DocumentSource(doc_id, load, {}, fingerprint, len(texts[doc_id]))
+
+    with open_store(path=tmp_path / "s", kind="local") as inner:
+        QdrantSync(inner, "docs", tiny_embedder, passage_tokens=0).sync(DOCS)
+        store = Counting(inner)
+        report = QdrantSync(store, "docs", tiny_embedder, passage_tokens=8).sync([source(d) for d in texts],
+                                                                                 rebuild=True)
+        assert report.added == len(DOCS) and report.deleted == 0
+        assert sorted(hashed) == sorted(texts)  # the first pass, once
+        rebuild_reads = sorted(read)
+        assert store.infos == 1  # the live record
+        assert QdrantSync.open(inner, "docs", tiny_embedder).settings.passage_tokens == 8
+        # ... and read as often as a first sync into a new collection reads them (BM25 lengths, then the embedding)
+        hashed.clear(), read.clear()
+        QdrantSync(inner, "fresh", tiny_embedder, passage_tokens=8).sync([source(d) for d in texts])
+        assert sorted(hashed) == sorted(texts) and sorted(read) == rebuild_reads

@@ -156,7 +156,8 @@ def test_listing_and_hashing_load_no_model(docs):
     code = ("import sys\nfrom recemb_integrations.sources import folder_sources, text_fingerprint\n"
             f"found = folder_sources([{str(docs)!r}], id_prefix='x')\n"
             "[text_fingerprint(f) for f in found.files]\n"
-            "print(sorted(m for m in ('torch', 'recemb.core', 'recemb_integrations.qdrant') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'recemb.core', 'recemb.core.embedder', 'qdrant_client',\n"
+            "                          'recemb_integrations.qdrant.sync') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stderr
 
