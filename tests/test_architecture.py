@@ -9,9 +9,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("recemb/kernels", "recemb/core", "recemb_integrations", "tools")
 ADAPTERS = ("recemb_integrations.sentence_transformers", "recemb_integrations.langchain",
             "recemb_integrations.langchain_sparse", "recemb_integrations.llama_index")
+# The main job as a framework's vector store: a collection kept by QdrantSync, searched through it.
+FRAMEWORK_STORES = ("recemb_integrations.langchain_store", "recemb_integrations.llama_index_store")
 MAIN_JOB = ("recemb_integrations.qdrant", "recemb_integrations.migrate", "recemb_integrations.sparse",
             "recemb_integrations.formats", "recemb_integrations.ray", "recemb_integrations.terminal",
-            "recemb_integrations.excerpts")
+            "recemb_integrations.excerpts", "recemb_integrations.evidence")
 # Room (module prefixes) -> the project modules it may import (prefixes). Most specific room first.
 RULES = [
     (("recemb.kernels",), ("recemb.kernels",)),
@@ -20,8 +22,12 @@ RULES = [
                                        "recemb_integrations._imports")),
     (("recemb_integrations.training",), ("recemb_integrations.training", "recemb_integrations.sentence_transformers",
                                          "recemb_integrations._imports", "recemb.core")),
-    (ADAPTERS, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.sparse")),
-    (MAIN_JOB, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.stores", *MAIN_JOB)),
+    (FRAMEWORK_STORES, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.stores", *MAIN_JOB,
+                        *ADAPTERS)),
+    # An adapter module names its framework's store (RecembVectorStore), loaded from FRAMEWORK_STORES when asked for.
+    (ADAPTERS, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.sparse", *FRAMEWORK_STORES)),
+    (MAIN_JOB, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.stores", *MAIN_JOB,
+                "recemb_integrations.sources")),
     # Folder sources: walking, reading and hashing files; never the model (test_folder_sources_import_no_model_code).
     (("recemb_integrations.sources",), ("recemb_integrations.formats", "recemb_integrations.qdrant")),
     (("recemb_integrations.cli",), ("recemb.core", "recemb_integrations")),

@@ -9,9 +9,9 @@ import warnings
 from contextlib import closing
 
 from recemb_integrations.cli import resources
-from recemb_integrations.cli.evidence import EvidenceReader
 from recemb_integrations.cli.options import add_model_options, add_qdrant_options, positive_int
 from recemb_integrations.cli.output import EXIT_OK, CommandError, emit
+from recemb_integrations.evidence import EvidenceReader
 from recemb_integrations.terminal import escape, escape_controls
 
 __all__ = ["add_search_command", "cmd_search"]

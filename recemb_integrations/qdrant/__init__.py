@@ -46,7 +46,7 @@ from typing import Any
 _EXPORTS = {
     "QdrantSync": "sync",
     "Document": "documents", "DocumentSource": "documents", "SyncReport": "documents", "SearchHit": "documents",
-    "WriteOutcome": "documents",
+    "WriteOutcome": "documents", "StoredDocument": "documents", "ExternalEmbedder": "external",
     "SyncSettings": "record", "RequestedSettings": "record", "CollectionRecord": "record", "NO_PASSAGES": "record",
     "DEFAULT_PASSAGE_TOKENS": "record", "DEFAULT_PASSAGE_OVERLAP": "record", "DEFAULT_PASSAGES_ABOVE": "record",
     "read_record": "collection", "collection_settings": "collection",
@@ -57,8 +57,8 @@ _EXPORTS = {
     "content_hash": "points", "point_id": "points", "model_fingerprint": "points",
     "DEFAULT_FUSION": "search", "MAX_SEARCH_LIMIT": "search",
 }
-_ROOMS = ("calls", "collection", "documents", "errors", "lengths", "plan", "points", "rebuild", "record", "search",
-          "sync", "writer", "writes")
+_ROOMS = ("calls", "collection", "documents", "errors", "external", "lengths", "plan", "points", "rebuild", "record",
+          "search", "sync", "writer", "writes")
 
 __all__ = sorted(_EXPORTS)
 

@@ -10,18 +10,23 @@ from typing import Any
 
 from recemb_integrations.qdrant.points import content_hash
 
-__all__ = ["Document", "DocumentEntry", "DocumentSource", "SearchHit", "SyncReport", "WriteOutcome", "read_entries"]
+__all__ = ["Document", "DocumentEntry", "DocumentSource", "SearchHit", "StoredDocument", "SyncReport", "WriteOutcome",
+           "check_document_ids", "read_entries"]
 
 ACTIONS = ("added", "updated")  # what writing a document's points does to it
 
 
 @dataclass
 class Document:
-    """One source document: ``id`` is the stable key (e.g. a file path); ``metadata`` must be JSON-serialisable."""
+    """One source document: ``id`` is the stable key (e.g. a file path); ``metadata`` must be JSON-serialisable.
+    ``vector``: its dense vector where the caller has it already, made by the collection's own model (a LlamaIndex
+    node embedded by ``RecEmbEmbedding``): the document's own point takes it instead of embedding the text again
+    (its passages are still embedded by the sync)."""
 
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    vector: Sequence[float] | None = None
 
 
 @dataclass
@@ -112,6 +117,33 @@ class SyncReport:
         self.embedded_tokens += outcome.embedded_tokens
 
 
+@dataclass(frozen=True)
+class StoredDocument:
+    """A document as its collection holds it (``QdrantSync.get_documents``): ``text`` where the collection stores
+    texts (else None: the file it was synced from, ``metadata["path"]``, holds it while ``content_hash`` matches),
+    ``passages`` how many passages it has (0: it is its own)."""
+
+    id: str
+    text: str | None
+    metadata: dict[str, Any]
+    content_hash: str | None
+    passages: int = 0
+
+
+def check_document_ids(document_ids: Any, what: str) -> list[str]:
+    """Document ids named one by one, checked: a list (or other collection) of non-empty strings; a single string,
+    None or anything else is a TypeError, so a slip never becomes "every document". ``what``: the call, for the
+    message."""
+    if document_ids is None or isinstance(document_ids, (str, bytes)) or not isinstance(document_ids, Iterable):
+        raise TypeError(f"{what} takes a list of document ids, got {type(document_ids).__name__}"
+                        + (" (one id: pass [id])" if isinstance(document_ids, str) else ""))
+    ids = list(document_ids)
+    bad = [d for d in ids if not isinstance(d, str) or not d]
+    if bad:
+        raise TypeError(f"{what}: document ids are non-empty strings, got {bad[0]!r}; nothing was done")
+    return list(dict.fromkeys(ids))
+
+
 @dataclass
 class SearchHit:
     """One result of a search. Character offsets (``start``/``end``, ``best_passage_start``/``best_passage_end``) are
@@ -179,7 +211,7 @@ def _document_entry(item: Any, i: int, failed: list[tuple[str, str]]) -> Documen
         return None
     try:
         # As Qdrant will store and return it (tuples become lists), so an unchanged document compares equal.
-        doc = Document(doc.id, doc.text, json.loads(json.dumps(doc.metadata or {})))
+        doc = Document(doc.id, doc.text, json.loads(json.dumps(doc.metadata or {})), doc.vector)
     except (TypeError, ValueError) as e:
         failed.append((doc.id, f"metadata is not JSON-serialisable: {e}"))
         return None

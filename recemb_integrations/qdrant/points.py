@@ -42,7 +42,10 @@ def content_hash(text: str) -> str:
 def model_fingerprint(embedder: Any) -> str:
     """A short hash of the architecture and a sample of every weight (``RecurrentEncoder.weight_samples``): the
     same model under another path or name matches, and so does the same checkpoint run in bf16 or int8 on the CPU
-    (its vectors stay close to fp32's: docs/benchmarks.md, low precision); a different model does not."""
+    (its vectors stay close to fp32's: docs/benchmarks.md, low precision); a different model does not. A model
+    recemb does not run (``external.ExternalEmbedder``) brings its own, from its name and dimension."""
+    if getattr(embedder, "external", False):
+        return embedder.fingerprint
     h = hashlib.sha256(json.dumps(embedder.config.to_dict(), sort_keys=True, default=str).encode())
     for name, sample, total in embedder.model.weight_samples():
         h.update(name.encode())

@@ -16,13 +16,15 @@ from recemb_integrations.qdrant.documents import (
     Document,
     DocumentEntry,
     SearchHit,
+    StoredDocument,
     SyncReport,
     WriteOutcome,
+    check_document_ids,
     read_entries,
 )
 from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError, RebuildError
-from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, plan_sync, sources_root
-from recemb_integrations.qdrant.points import KIND_DOCUMENT, match, model_fingerprint, scope_root
+from recemb_integrations.qdrant.plan import DELETE_BATCH, StoredDocuments, check_empty, plan_sync, sources_root
+from recemb_integrations.qdrant.points import KIND_DOCUMENT, match, model_fingerprint, point_id, scope_root
 from recemb_integrations.qdrant.rebuild import (
     finish_interrupted_rebuild,
     interrupted_rebuild_hint,
@@ -32,6 +34,7 @@ from recemb_integrations.qdrant.rebuild import (
     swap,
 )
 from recemb_integrations.qdrant.record import (
+    NO_PASSAGES,
     CollectionRecord,
     ModelFacts,
     RequestedSettings,
@@ -41,7 +44,7 @@ from recemb_integrations.qdrant.record import (
 )
 from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, search
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
-from recemb_integrations.qdrant.writes import DropCollection, Optimize
+from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store
 
@@ -122,6 +125,11 @@ class QdrantSync:
             self.requested = settings.as_requested()
         else:  # impossible values fail now, before any model or store work; whether the collection agrees is
             # decided when its record is read (a rebuild may change what it recorded)
+            if getattr(embedder, "external", False):  # another library's model: no tokenizer, so no passages
+                if passage_tokens:
+                    raise ValueError(f"passages are cut and embedded by recemb's own model; {embedder.name} "
+                                     "embeds whole documents only (passage_tokens=0)")
+                named["passage_tokens"] = NO_PASSAGES
             self.requested = RequestedSettings(**named)
             settings = decide_settings(None, self.requested)
         if settings.sparse:
@@ -428,6 +436,34 @@ class QdrantSync:
             self._searchable = Searchable.of(self.record)
         return search(self.calls, self._searchable, self.embedder, query, limit, instruction, filter, granularity,
                       mode, fusion, conditions)
+
+    # ------------------------------------------------------------------ documents by id
+    def get_documents(self, document_ids: Iterable[str]) -> list[StoredDocument]:
+        """The documents of these ids as the collection holds them, in the order asked (missing ones left out)."""
+        ids = check_document_ids(document_ids, "get_documents")
+        if not ids or not self.calls(self.store.collection_exists, self.collection):
+            return []
+        self.ensure_collection(create=False)
+        found = {}
+        for i in range(0, len(ids), DELETE_BATCH):
+            for p in self.calls(self.store.retrieve, self.collection, [point_id(d) for d in ids[i:i + DELETE_BATCH]]):
+                payload = p.payload or {}
+                if payload.get("kind") == KIND_DOCUMENT:
+                    found[payload["document_id"]] = StoredDocument(
+                        payload["document_id"], payload.get("text"), payload.get("metadata") or {},
+                        payload.get("content_hash"), payload.get("passages") or 0)
+        return [found[d] for d in ids if d in found]
+
+    def delete_documents(self, document_ids: Iterable[str]) -> int:
+        """Delete these documents and all their passages, whichever root wrote them; returns how many of them the
+        collection held. An empty list deletes nothing; None or a single string is a TypeError (never "all")."""
+        ids = check_document_ids(document_ids, "delete_documents")
+        if not ids or not self.calls(self.store.collection_exists, self.collection):
+            return 0
+        held = len(self.get_documents(ids))
+        for i in range(0, len(ids), DELETE_BATCH):
+            self.calls.apply(self.collection, DeleteDocuments(tuple(ids[i:i + DELETE_BATCH]), None))
+        return held
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""

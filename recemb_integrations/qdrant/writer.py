@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from recemb.core.streaming import TokenizationError, TokenStream
 from recemb_integrations.qdrant.documents import Document, DocumentEntry, WriteOutcome
 from recemb_integrations.qdrant.points import (
@@ -124,21 +126,31 @@ class DocumentWriter:
             on_outcome(self._batch(pending, show_progress_bar))
 
     def _batch(self, batch: list[tuple[Document, str]], show_progress_bar: bool | None) -> WriteOutcome:
-        """Documents short enough to tokenize whole, embedded together."""
+        """Documents short enough to tokenize whole, embedded together (those whose vector is given, not again)."""
         emb = self.embedder
+        outcome = WriteOutcome(documents=len(batch))
+        batch = self._checked_vectors(batch, outcome)
+        if getattr(emb, "external", False):
+            return self._external(batch, outcome)
         try:
             if emb.tokenizer is None:
                 emb.tokenize([])  # raises the error that names the missing tokenizer
             cut = self.job.settings.passages  # passages need each token's characters
             whole = emb.tokenizer.encode([d.text for d, _ in batch], offsets=cut)
         except Exception as e:  # a tokenizer failure is one batch's problem, not the sync's
-            return WriteOutcome(failed=[(d.id, f"tokenization failed: {e}") for d, _ in batch], documents=len(batch))
+            outcome.failed += [(d.id, f"tokenization failed: {e}") for d, _ in batch]
+            return outcome
         # Truncated through a one-piece TokenStream: one truncation rule for short and streamed documents.
         streams = [TokenStream([seq], emb.tokenizer.eos_token_id, self.token_limit, spans=cut) for seq in whole]
         pieces = [list(s) for s in streams]
         ids = [[i for piece in p for i in (piece[0] if cut else piece)] for p in pieces]
-        vectors = emb.embed_token_ids(ids, normalize=True, show_progress_bar=show_progress_bar).cpu().numpy()
-        outcome = WriteOutcome(documents=len(batch))
+        vectors: list[Any] = [d.vector for d, _ in batch]
+        todo = [i for i, v in enumerate(vectors) if v is None]
+        if todo:
+            made = emb.embed_token_ids([ids[i] for i in todo], normalize=True,
+                                       show_progress_bar=show_progress_bar).cpu().numpy()
+            for i, vector in zip(todo, made):
+                vectors[i] = vector
         finished = []
         for (doc, action), vector, doc_pieces, stream in zip(batch, vectors, pieces, streams):
             text_hash, n_passages = content_hash(doc.text), 0
@@ -148,8 +160,43 @@ class DocumentWriter:
                     passages.feed(piece_ids, piece_spans)
                 n_passages = passages.close()
                 outcome.embedded_tokens += passages.tokens
-            finished.append((doc, action, vector, stream, n_passages, text_hash))
+            finished.append((doc, action, np.asarray(vector, dtype=np.float32), stream, n_passages, text_hash))
         self._complete(finished, outcome)  # the batch's own points after all of its passages
+        return outcome
+
+    def _checked_vectors(self, batch: list[tuple[Document, str]], outcome: WriteOutcome
+                         ) -> list[tuple[Document, str]]:
+        """The documents whose given vector (if any) can be a point's: of the model's size, not all zeros (cosine
+        has no direction for it); the others failed."""
+        kept = []
+        for doc, action in batch:
+            if doc.vector is not None:
+                vector = np.asarray(doc.vector, dtype=np.float32)
+                if vector.shape != (self.embedder.dim,) or not np.isfinite(vector).all() or not vector.any():
+                    outcome.failed.append((doc.id, f"its vector ({vector.shape[0] if vector.ndim == 1 else '?'} "
+                                                   f"values) is not a {self.embedder.dim}-d nonzero vector of this "
+                                                   "collection's model"))
+                    continue
+            kept.append((doc, action))
+        return kept
+
+    def _external(self, batch: list[tuple[Document, str]], outcome: WriteOutcome) -> WriteOutcome:
+        """Documents embedded whole by another library's model (``external.ExternalEmbedder``): no passages, no
+        tokens."""
+        todo = [doc for doc, _ in batch if doc.vector is None]
+        try:
+            made = iter(self.embedder.encode_documents([doc.text for doc in todo]) if todo else ())
+        except Exception as e:  # the model's failure is this batch's
+            outcome.failed += [(doc.id, f"embedding failed: {e}") for doc, _ in batch]
+            return outcome
+        finished = []
+        for doc, action in batch:
+            vector = np.asarray(doc.vector if doc.vector is not None else next(made), dtype=np.float32)
+            if not vector.any():
+                outcome.failed.append((doc.id, "its embedding is all zeros (the model gave no direction for it)"))
+                continue
+            finished.append((doc, action, vector, _UNTOKENIZED, 0, content_hash(doc.text)))
+        self._complete(finished, outcome)
         return outcome
 
     def _streamed(self, doc: Document, action: str, show: bool) -> WriteOutcome:
@@ -178,13 +225,18 @@ class DocumentWriter:
                             piece = piece[0]
                         yield piece
 
-                vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True)
+                if doc.vector is None:
+                    vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True).cpu().numpy()
+                else:  # the document's own vector is given: its stream only feeds its passages
+                    for _ in pieces():
+                        pass
+                    vector = np.asarray(doc.vector, dtype=np.float32)
                 n_passages = passages.close() if passages is not None else 0
                 outcome.embedded_tokens += passages.tokens if passages is not None else 0
         except TokenizationError as e:
             outcome.failed.append((doc.id, str(e)))
             return outcome
-        self._complete([(doc, action, vector.cpu().numpy(), stream, n_passages, text_hash)], outcome)
+        self._complete([(doc, action, vector, stream, n_passages, text_hash)], outcome)
         return outcome
 
     def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int, str]],
@@ -204,18 +256,19 @@ class DocumentWriter:
             sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
             points.append(StoredPoint(point_id(doc.id), payload, point_vectors(job.layout, vector, sparse)))
         # The document points go last: a content hash marks its document as complete.
-        self.emit(Upsert(tuple(points)))
+        if points:
+            self.emit(Upsert(tuple(points)))
         for doc, action, _, stream, _, _ in finished:
             if stream.truncated:
                 outcome.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
             outcome.warnings.extend((doc.id, note) for note in stream.notes)
-            if (not stream.truncated and len(doc.text) >= FEW_TOKENS_MIN_CHARS
+            if (stream is not _UNTOKENIZED and not stream.truncated and len(doc.text) >= FEW_TOKENS_MIN_CHARS
                     and stream.tokens * FEW_TOKENS_CHARS_PER_TOKEN < len(doc.text)):  # max_tokens is not the text's
                 outcome.warnings.append((doc.id, (
                     f"its {len(doc.text):,} characters gave only {stream.tokens:,} tokens, so its embedding "
                     "carries little of its content (a tokenizer makes a long run of letters without spaces or "
                     "punctuation one unknown token)")))
-            outcome.embedded_tokens += stream.tokens
+            outcome.embedded_tokens += stream.tokens if doc.vector is None else 0  # a given vector: not embedded here
             outcome.finished.append((doc.id, action))
 
 
@@ -268,6 +321,18 @@ class PassageWriter:
         writer.emit(Upsert(tuple(points)))
         self.written += len(windows)
         self.tokens += sum(len(ids) for ids, _ in windows)
+
+
+@dataclass(frozen=True)
+class _Untokenized:
+    """What a document embedded whole by an external model has instead of a token stream."""
+
+    tokens: int = 0
+    truncated: bool = False
+    notes: tuple[str, ...] = ()
+
+
+_UNTOKENIZED = _Untokenized()
 
 
 def _short(doc_id: str, width: int = 30) -> str:

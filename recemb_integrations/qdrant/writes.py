@@ -39,10 +39,11 @@ class DeleteStalePassages:
 
 @dataclass(frozen=True)
 class DeleteDocuments:
-    """Delete every point of these documents that ``root`` wrote (or that records no root: an earlier recemb's)."""
+    """Delete every point of these documents that ``root`` wrote (or that records no root: an earlier recemb's);
+    ``root`` None: whichever root wrote them (documents named one by one, ``QdrantSync.delete_documents``)."""
 
     document_ids: tuple[str, ...]
-    root: str
+    root: str | None
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,14 @@ def apply(store: Store, collection: str, write: Write) -> None:
                                 models.FieldCondition(key="passage", range=models.Range(gte=first))])
             for doc_id, first in write.documents]))
     elif isinstance(write, DeleteDocuments):
+        named = models.FieldCondition(key="document_id", match=models.MatchAny(any=list(write.document_ids)))
+        if write.root is None:
+            store.delete(collection, models.Filter(must=[named]))
+            return
         # Only this root's points (or unstamped ones it owns): another root's never match, whatever their id.
         this_root = models.Filter(should=[match(ROOT_KEY, write.root), models.IsEmptyCondition(
             is_empty=models.PayloadField(key=ROOT_KEY))])
-        store.delete(collection, models.Filter(must=[models.FieldCondition(
-            key="document_id", match=models.MatchAny(any=list(write.document_ids))), this_root]))
+        store.delete(collection, models.Filter(must=[named, this_root]))
     elif isinstance(write, DeletePoints):
         store.delete(collection, models.Filter(must=[models.HasIdCondition(has_id=list(write.ids))]))
     elif isinstance(write, SetMetadata):

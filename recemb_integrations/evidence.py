@@ -1,7 +1,9 @@
-"""What ``recemb search`` shows under a hit: the original text around the passage that matched, and where it is
-(a line of a text file, a page of a PDF). The text comes from the collection where it stores texts, else from the
-file the document was synced from, if it has not changed since (its content hash still matches); where it cannot,
-the note says why: the file was deleted (or moved away), changed, or cannot be read."""
+"""A hit's original text and where it is: what ``recemb search`` shows under a hit (``EvidenceReader.of``: the text
+around the passage that matched, one line) and what the framework stores return (``EvidenceReader.original``: the
+passage's own characters, ``text[start:end]``, or the document's whole text, with its line or page). The text comes
+from the collection where it stores texts, else from the file the document was synced from, if it has not changed
+since (its content hash still matches); where it cannot, the note says why: the file was deleted (or moved away),
+changed, or cannot be read. Never a decode of token ids."""
 
 from __future__ import annotations
 
@@ -9,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recemb_integrations.excerpts import excerpt, position
+from recemb_integrations.excerpts import excerpt, line_number, page_number, position
 from recemb_integrations.formats import FORMAT_SUFFIXES, ExtractionError, pdf_page_starts
 from recemb_integrations.sources import RecordedFile, read_recorded
 
-__all__ = ["Evidence", "EvidenceReader"]
+__all__ = ["Evidence", "EvidenceReader", "Original"]
 
 EXCERPT_CHARS = 300  # about three lines of a terminal
 
@@ -30,6 +32,18 @@ class Evidence:
     def as_dict(self) -> dict[str, str]:
         return {k: v for k, v in (("excerpt", self.excerpt), ("position", self.position), ("note", self.note))
                 if v is not None}
+
+
+@dataclass(frozen=True)
+class Original:
+    """A hit's own text: a passage hit's characters ``text[start:end]``, a document hit's whole text; None where it
+    is neither stored nor on an unchanged file (``note`` says why). ``line`` (text files) or ``page`` (PDF): where
+    the passage (a document hit's best passage, else its beginning) starts, where the document's text is at hand."""
+
+    text: str | None
+    line: int | None = None
+    page: int | None = None
+    note: str | None = None
 
 
 class EvidenceReader:
@@ -63,6 +77,36 @@ class EvidenceReader:
             return Evidence(excerpt(passage_text, 0, len(passage_text), self.width), where)
         return Evidence(None, where, "the text is not stored in the collection (sync with --store-text to keep it) "
                                      f"and {_why_not_on_file(path, recorded)}")
+
+    def original(self, hit: Any, document_text: str | None = None) -> Original:
+        """The hit's own text and its line or page (see ``Original``); ``document_text``: the document's whole text
+        where the caller has it (a collection that stores texts, fetched by id)."""
+        span = hit.span
+        passage_hit = hit.passage is not None
+        path = hit.metadata.get("path") if isinstance(hit.metadata, dict) else None
+        path = path if isinstance(path, str) and path else None
+        kind = FORMAT_SUFFIXES.get(Path(path).suffix.lower(), "text") if path else _kind(hit.metadata)
+        whole = document_text if document_text is not None else (None if passage_hit else hit.text)
+        recorded = None
+        if whole is None and path and hit.content_hash:
+            recorded = self._file(path, hit.content_hash)
+            whole = recorded.text
+        start = span[0] if span is not None else 0
+        line = page = None
+        if whole is not None:
+            if kind == "PDF" and path:
+                page = page_number(self._page_starts(path) or [], start) if self._page_starts(path) else None
+            else:
+                line = line_number(whole, start)
+        if passage_hit:
+            if hit.text is not None:  # stored: the passage's own characters, as the sync cut them
+                return Original(hit.text, line, page)
+            if whole is not None and span is not None:
+                return Original(whole[span[0]:span[1]], line, page)
+        elif whole is not None:
+            return Original(whole, line, page)
+        return Original(None, line, page, "the text is not stored in the collection and "
+                        + _why_not_on_file(path, recorded))
 
     def _file(self, path: str, content_hash: str) -> RecordedFile:
         key = (path, content_hash)

@@ -1,0 +1,127 @@
+"""The main job's ways in for the framework stores (LangChain, LlamaIndex): another library's model as the
+embedder, a document's own vector given by the caller, documents got and deleted by id, and a hit's original
+text. Each on both embedded stores, the store compared with what was given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("qdrant_client")
+
+from recemb_integrations.evidence import EvidenceReader  # noqa: E402
+from recemb_integrations.qdrant import (  # noqa: E402
+    CollectionMismatchError,
+    Document,
+    ExternalEmbedder,
+    QdrantSync,
+    content_hash,
+)
+from recemb_integrations.stores import open_store  # noqa: E402
+from tests.integrations.cli_cases import write  # noqa: E402
+
+TEXTS = {"a": "owls hunt at night over the fields", "b": "the tide follows the moon", "c": "bread needs time to rise"}
+
+
+def fake_embeddings(dim: int = 6):
+    """A deterministic stand-in for another library's model: a vector from the text's hash."""
+    def vector(text: str) -> list[float]:
+        rng = np.random.default_rng(int(content_hash(text)[:8], 16))
+        return rng.normal(size=dim).tolist()
+
+    return ExternalEmbedder("fake-model", dim, lambda texts: [vector(t) for t in texts], vector), vector
+
+
+def points(store, collection="c"):
+    found, _ = store.scroll(collection, limit=1000, with_payload=True, with_vectors=True)
+    return {p.payload["document_id"]: p for p in found}
+
+
+def test_another_librarys_model_fills_a_collection_with_one_point_a_document(tmp_path, store_kind):
+    embedder, vector = fake_embeddings()
+    with open_store(path=tmp_path / "s", kind=store_kind) as store:
+        sync = QdrantSync(store, "c", embedder, store_text=True)
+        report = sync.sync([Document(k, v) for k, v in TEXTS.items()])
+        assert report.added == 3 and not report.failed and sync.settings.passage_tokens is None
+        stored = points(store)
+        assert sorted(stored) == sorted(TEXTS) and all(p.payload["kind"] == "document" for p in stored.values())
+        for doc_id, p in stored.items():  # its own vector (normalised), recemb's BM25 beside it
+            expected = np.asarray(vector(TEXTS[doc_id]), dtype=np.float32)
+            np.testing.assert_allclose(p.vector["dense"], expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
+            assert len(p.vector["bm25"].indices) > 0
+        assert [h.document_id for h in sync.search("the tide follows the moon", limit=1, mode="dense")] == ["b"]
+        assert [h.document_id for h in sync.search("owls", limit=1, mode="sparse")] == ["a"]
+        assert sync.sync([Document(k, v) for k, v in TEXTS.items()]).unchanged == 3  # nothing embedded again
+        with pytest.raises(ValueError, match="whole documents only"):
+            QdrantSync(store, "c", embedder, passage_tokens=8)
+        other, _ = fake_embeddings(dim=8)  # another model (another dimension) is refused by the pin
+        with pytest.raises(CollectionMismatchError, match="dimension"):
+            QdrantSync(store, "c", ExternalEmbedder("other", 8, other._embed_documents, other._embed_query)).sync(
+                [Document("d", "x")], delete_missing=False)
+
+
+def test_a_given_vector_is_the_documents_own_point_and_its_passages_are_embedded(tmp_path, tiny_embedder,
+                                                                                store_kind):
+    text = "the tide follows the moon and the sea rises twice a day " * 12
+    given = tiny_embedder.encode_documents([text])[0]
+    with open_store(path=tmp_path / "s", kind=store_kind) as store:
+        sync = QdrantSync(store, "c", tiny_embedder, passage_tokens=16, passages_above=0, store_text=True)
+        report = sync.sync([Document("long", text, {}, given.tolist())])
+        assert report.added == 1 and not report.failed
+        stored, _ = store.scroll("c", limit=1000, with_payload=True, with_vectors=True)
+        own = next(p for p in stored if p.payload["kind"] == "document")
+        passages = [p for p in stored if p.payload["kind"] == "passage"]
+        np.testing.assert_allclose(own.vector["dense"], given, rtol=1e-5, atol=1e-6)
+        assert len(passages) > 1 and all(text[p.payload["start"]:p.payload["end"]] == p.payload["text"]
+                                         for p in passages)
+        # the same as embedding the text itself, which is what the given vector was
+        other = QdrantSync(store, "d", tiny_embedder, passage_tokens=16, passages_above=0, store_text=True)
+        other.sync([Document("long", text)])
+        again, _ = store.scroll("d", limit=1000, with_payload=True, with_vectors=True)
+        assert sorted((p.id, p.payload["kind"]) for p in again) == sorted((p.id, p.payload["kind"]) for p in stored)
+        # a vector of another size, or all zeros, is refused for that document alone
+        report = sync.sync([Document("bad", "x", {}, [0.0] * tiny_embedder.dim), Document("short", "y", {}, [1.0])],
+                           delete_missing=False)
+        assert sorted(f[0] for f in report.failed) == ["bad", "short"]
+
+
+def test_documents_by_id_and_deletes_that_never_mean_everything(tmp_path, tiny_embedder, store_kind):
+    with open_store(path=tmp_path / "s", kind=store_kind) as store:
+        sync = QdrantSync(store, "c", tiny_embedder, passage_tokens=4, passages_above=0, store_text=True)
+        assert sync.get_documents(["a"]) == [] and sync.delete_documents(["a"]) == 0  # no collection yet
+        sync.sync([Document(k, v, {"n": i}) for i, (k, v) in enumerate(TEXTS.items())])
+        got = sync.get_documents(["c", "missing", "a"])
+        assert [(d.id, d.text, d.metadata) for d in got] == [("c", TEXTS["c"], {"n": 2}), ("a", TEXTS["a"], {"n": 0})]
+        assert got[0].passages > 0 and got[0].content_hash == content_hash(TEXTS["c"])
+        before = store.count("c")
+        for slip in (None, "a", b"a", [""], [None], 3):
+            with pytest.raises(TypeError):
+                sync.delete_documents(slip)
+        assert sync.delete_documents([]) == 0 and store.count("c") == before  # empty: nothing, never "all"
+        assert sync.delete_documents(["nope"]) == 0 and store.count("c") == before
+        assert sync.delete_documents(["a", "a"]) == 1
+        left = {p.payload["document_id"] for p in points(store).values()}
+        assert left == {"b", "c"}  # its passages gone with it
+        everything, _ = store.scroll("c", limit=1000, with_payload=True)
+        assert {p.payload["document_id"] for p in everything} == {"b", "c"}
+
+
+def test_a_hits_original_text_is_the_users_own_characters(tmp_path, tiny_embedder, store_kind):
+    text = "First line about owls.\nSecond line: the TIDE, the Moon — and café crème.\n" * 6
+    path = write(tmp_path / "docs" / "note.md", text)
+    with open_store(path=tmp_path / "s", kind=store_kind) as store:
+        for name, store_text in (("stored", True), ("on-file", False)):
+            sync = QdrantSync(store, name, tiny_embedder, passage_tokens=12, passages_above=0, store_text=store_text)
+            sync.sync([Document("note.md", text, {"path": str(path)})])
+            reader = EvidenceReader()
+            for hit in sync.search("tide moon", limit=3, granularity="passage", mode="sparse"):
+                original = reader.original(hit)
+                assert original.text == text[hit.start:hit.end], name  # never a decode of the token ids
+                assert original.line == text[:hit.start].count("\n") + 1
+            document = sync.search("tide moon", limit=1, mode="sparse")[0]
+            assert reader.original(document).text == text
+        path.write_text("changed since")
+        hit = QdrantSync.open(store, "on-file", tiny_embedder).search("tide", limit=1, mode="sparse",
+                                                                      granularity="passage")[0]
+        original = EvidenceReader().original(hit)
+        assert original.text is None and "changed" in original.note
