@@ -3,6 +3,9 @@
     from recemb_integrations.langchain import RecEmbEmbeddings
     emb = RecEmbEmbeddings(model_name="recemb/codestral-mamba2", model_kwargs={"vertical_chunk_size": 1024})
     emb.embed_documents(["a long document ..."]); emb.embed_query("a question")
+
+``RecembVectorStore`` (``recemb_integrations.langchain_store``) keeps documents in a recemb collection as the main
+job does: whole documents and their passages, one point per id, searched hybrid.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any
 
 from recemb_integrations._imports import require
 
-__all__ = ["RecEmbEmbeddings"]
+_STORE_NAMES = ("RecembRetriever", "RecembVectorStore")  # loaded with qdrant-client only when asked for
+__all__ = ["RecEmbEmbeddings", *_STORE_NAMES]
 
 _embeddings = require("langchain_core.embeddings", "langchain")
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402 (langchain-core depends on pydantic 2)
@@ -57,6 +61,11 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
         check_options("encode_kwargs", self.encode_kwargs, ENCODE_OPTIONS)
         self._embedder = shared_embedder(self.model_name, **self.model_kwargs)
 
+    @property
+    def embedder(self) -> Embedder:
+        """The recemb ``Embedder`` behind these embeddings (shared by instances of the same model)."""
+        return self._embedder
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         # checked before list(): bytes would become ints, a str its characters
         return self._embedder.encode_documents(check_texts(texts, single=False), **self.encode_kwargs).tolist()
@@ -71,3 +80,11 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         return await asyncio.to_thread(self.embed_query, text)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STORE_NAMES:
+        import recemb_integrations.langchain_store as store_module
+
+        return getattr(store_module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ ADAPTERS = ("recemb_integrations.sentence_transformers", "recemb_integrations.la
 FRAMEWORK_STORES = ("recemb_integrations.langchain_store", "recemb_integrations.llama_index_store")
 MAIN_JOB = ("recemb_integrations.qdrant", "recemb_integrations.migrate", "recemb_integrations.sparse",
             "recemb_integrations.formats", "recemb_integrations.ray", "recemb_integrations.terminal",
-            "recemb_integrations.excerpts", "recemb_integrations.evidence")
+            "recemb_integrations.excerpts", "recemb_integrations.evidence", "recemb_integrations.framework_collection")
 # Room (module prefixes) -> the project modules it may import (prefixes). Most specific room first.
 RULES = [
     (("recemb.kernels",), ("recemb.kernels",)),

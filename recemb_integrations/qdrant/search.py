@@ -98,9 +98,10 @@ def check_search(query: Any, limit: Any, filter: Any, granularity: Any, mode: An
 
 def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, limit: int, instruction: str | None,
            filter: Mapping[str, Any] | Any | None, granularity: str, mode: str | None, fusion: str,
-           metadata_conditions: list) -> list[SearchHit]:
+           metadata_conditions: list, query_vector: list[float] | None = None) -> list[SearchHit]:
     """The search ``QdrantSync.search`` describes, on a collection whose model was checked, with arguments that
-    ``check_search`` passed (``metadata_conditions``: what it made of a dict filter)."""
+    ``check_search`` passed (``metadata_conditions``: what it made of a dict filter). ``query_vector``: the query's
+    dense vector where the caller made it already (a framework's retriever), else the embedder makes it."""
     if (refusal := target.record.search_refusal(mode, granularity)) is not None:
         raise ValueError(refusal)
     mode = _search_mode(target, mode)
@@ -112,8 +113,12 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
         if mode == "sparse":
             return []
         mode = "dense"
-    dense_query = (embedder.encode_queries([query], instruction=instruction)[0].tolist() if mode != "sparse"
-                   else None)
+    if mode == "sparse":
+        dense_query = None
+    elif query_vector is not None:
+        dense_query = list(query_vector)
+    else:
+        dense_query = embedder.encode_queries([query], instruction=instruction)[0].tolist()
 
     grouped = granularity == KIND_DOCUMENT and target.passages
     # Documents are found by their own points and by their passages (grouped); passages by theirs and, where a
@@ -162,7 +167,7 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
                                    "(1.0 or 0.5 whatever its relevance); it is scored by its dense similarity "
                                    "instead"), stacklevel=3)
         return search(calls, target, embedder, query, limit, instruction, filter, granularity, "dense", fusion,
-                      metadata_conditions)
+                      metadata_conditions, query_vector)
     return hits
 
 

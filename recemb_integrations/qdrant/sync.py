@@ -6,12 +6,12 @@ change going through ``StoreCalls.apply``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any
 
 import recemb
 from recemb_integrations.qdrant.calls import StoreCalls
-from recemb_integrations.qdrant.collection import prepare_collection, read_record, scan_documents
+from recemb_integrations.qdrant.collection import SCAN_PAGE, prepare_collection, read_record, scan_documents
 from recemb_integrations.qdrant.documents import (
     Document,
     DocumentEntry,
@@ -42,7 +42,7 @@ from recemb_integrations.qdrant.record import (
     check_collection_name,
     decide_settings,
 )
-from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, search
+from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, metadata_condition, search
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
 from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize
 from recemb_integrations.sparse import Bm25
@@ -410,7 +410,7 @@ class QdrantSync:
     # ------------------------------------------------------------------ search
     def search(self, query: str, limit: int = 10, instruction: str | None = None,
                filter: dict[str, Any] | Any | None = None, granularity: str = KIND_DOCUMENT, mode: str | None = None,
-               fusion: str = DEFAULT_FUSION) -> list[SearchHit]:
+               fusion: str = DEFAULT_FUSION, query_vector: Sequence[float] | None = None) -> list[SearchHit]:
         """The documents (or passages) that best match ``query``.
 
         ``mode``: "hybrid" (the default where the collection has BM25 vectors: Qdrant prefetches the nearest points
@@ -429,13 +429,20 @@ class QdrantSync:
         returns each document once, scored by the best of its own point and its passages, with the best passage
         (index, and text where stored) as evidence. The collection's own settings are used, whatever this instance
         was built with; only the model must match.
+        ``query_vector``: the query's dense vector, made by the collection's model, where the caller has it already
+        (a framework's retriever embeds its query itself); the BM25 side still uses ``query``.
         """
         conditions = check_search(query, limit, filter, granularity, mode, fusion)
+        if query_vector is not None:
+            query_vector = [float(v) for v in query_vector]
+            if len(query_vector) != self.embedder.dim:
+                raise ValueError(f"query_vector has {len(query_vector)} dimensions; the model's vectors have "
+                                 f"{self.embedder.dim}")
         self.ensure_collection(create=False)
         if self._searchable is None or self._searchable.record is not self.record:
             self._searchable = Searchable.of(self.record)
         return search(self.calls, self._searchable, self.embedder, query, limit, instruction, filter, granularity,
-                      mode, fusion, conditions)
+                      mode, fusion, conditions, query_vector)
 
     # ------------------------------------------------------------------ documents by id
     def get_documents(self, document_ids: Iterable[str]) -> list[StoredDocument]:
@@ -464,6 +471,24 @@ class QdrantSync:
         for i in range(0, len(ids), DELETE_BATCH):
             self.calls.apply(self.collection, DeleteDocuments(tuple(ids[i:i + DELETE_BATCH]), None))
         return held
+
+    def document_ids(self, filter: dict[str, Any] | None = None) -> list[str]:
+        """The ids of the collection's documents (sorted), or of those whose metadata matches ``filter`` (a dict
+        of key -> value as ``search`` takes it); [] where the collection does not exist."""
+        from qdrant_client import models
+
+        if filter is not None and not isinstance(filter, Mapping):
+            raise TypeError(f"filter is a dict of metadata key -> value, got {type(filter).__name__}")
+        conditions = [match("kind", KIND_DOCUMENT)] + [metadata_condition(k, v) for k, v in (filter or {}).items()]
+        if not self.calls(self.store.collection_exists, self.collection):
+            return []
+        found, offset = [], None
+        while True:
+            points, offset = self.calls(self.store.scroll, self.collection, limit=SCAN_PAGE, offset=offset,
+                                        filter=models.Filter(must=conditions), with_payload=["document_id"])
+            found += [p.payload["document_id"] for p in points if (p.payload or {}).get("document_id")]
+            if offset is None:
+                return sorted(found)
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""

@@ -1,0 +1,243 @@
+"""A recemb collection as a LangChain vector store and retriever: whole documents in, documents or passages with
+their original text and place out, one point per document id (never a duplicate), on the main job's own path.
+
+    from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
+    store = RecembVectorStore(embedding=RecEmbEmbeddings(model_name="recemb/recemb-mamba2-mini"),
+                              collection_name="notes", path="./store")
+    store.add_documents(docs)   # ids: ids=, else each Document's id, else one made from its content
+    retriever = store.as_retriever(search_kwargs={"k": 4, "granularity": "passage"})
+
+With ``RecEmbEmbeddings`` each document is embedded as ``recemb sync`` embeds it: whole, plus passages by the
+collection's settings, with BM25 beside the dense vector. Any other LangChain ``Embeddings`` gives one dense vector
+per document (BM25 beside it). A collection written by ``recemb sync`` opens with the settings it recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from recemb_integrations._imports import require
+
+_documents = require("langchain_core.documents", "langchain")
+_vectorstores = require("langchain_core.vectorstores", "langchain")
+_embeddings = require("langchain_core.embeddings", "langchain")
+
+from recemb_integrations.framework_collection import Found, FrameworkCollection, recemb_fields  # noqa: E402
+from recemb_integrations.langchain import RecEmbEmbeddings  # noqa: E402
+from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
+from recemb_integrations.qdrant.external import ExternalEmbedder  # noqa: E402
+from recemb_integrations.qdrant.points import content_hash  # noqa: E402
+
+__all__ = ["RecembRetriever", "RecembVectorStore", "content_id"]
+
+LCDocument = _documents.Document
+SEARCH_OPTIONS = ("filter", "mode", "granularity")  # a search's own options, beside k
+
+
+def content_id(text: str, metadata: dict[str, Any] | None = None) -> str:
+    """The id of a document given without one: made from its text and metadata, so adding it again overwrites it."""
+    import json
+
+    return "sha256-" + content_hash(text + "\x00" + json.dumps(metadata or {}, sort_keys=True, default=str))[:32]
+
+
+def external_embedder(embedding: Any) -> ExternalEmbedder:
+    """Another LangChain ``Embeddings`` as the main job's embedder (its dimension probed by one query)."""
+    name = getattr(embedding, "model_name", None) or getattr(embedding, "model", None)
+    label = f"langchain:{type(embedding).__name__}" + (f":{name}" if isinstance(name, str) and name else "")
+    dim = len(embedding.embed_query("dimension"))
+    return ExternalEmbedder(label, dim, embedding.embed_documents, embedding.embed_query)
+
+
+class RecembVectorStore(_vectorstores.VectorStore):
+    """A recemb collection as a LangChain ``VectorStore``.
+
+    Args:
+        embedding: ``RecEmbEmbeddings`` (documents embedded whole and as passages, by the collection's settings) or
+            any LangChain ``Embeddings`` (one dense vector per document).
+        collection_name: the collection, created on the first add.
+        path / url / client: Qdrant Edge's folder (``store_kind="local"``: qdrant-client's local mode), a Qdrant
+            server (``api_key``), or a ``QdrantClient`` you opened and close; one of them.
+        granularity: what a search returns by default: "document" (each document once, its best passage as
+            evidence) or "passage".
+        options: the main job's settings for a new collection: passage_tokens, passage_overlap, passages_above,
+            store_text (default True here), sparse, sparse_language, max_tokens, batch_size, index_metadata,
+            model_id, retries. An existing collection keeps what it recorded; a contradicting option is refused.
+
+    Hits: ``page_content`` is the document's text, or a passage hit's original characters (``text[start:end]``,
+    stored or re-read from its unchanged file; never a token decode). ``metadata`` is the user's; a hit that is a
+    passage, or that a passage led to, or whose text is not at hand, also carries ``document_id``, ``kind``,
+    ``passage``, ``start``, ``end``, ``line`` or ``page``, ``content_hash`` and ``note`` (recemb's keys win over the
+    user's of the same name). ``id`` is the document id. Scores: ``similarity_search_with_score``.
+    """
+
+    def __init__(self, embedding: Any, collection_name: str, *, path: str | os.PathLike | None = None,
+                 url: str | None = None, api_key: str | None = None, client: Any = None, store_kind: str = "auto",
+                 granularity: str = "document", **options: Any):
+        if not isinstance(embedding, _embeddings.Embeddings):
+            raise TypeError(f"embedding must be a LangChain Embeddings, got {type(embedding).__name__}")
+        self._embedding = embedding
+        self.granularity = granularity
+        if isinstance(embedding, RecEmbEmbeddings):
+            make, instruction = (lambda: embedding.embedder), embedding.query_instruction
+        else:
+            make, instruction = (lambda: external_embedder(embedding)), None
+        self.collection = FrameworkCollection(collection_name, make, path=path, url=url, api_key=api_key,
+                                              client=client, store_kind=store_kind, instruction=instruction,
+                                              **options)
+
+    @property
+    def embeddings(self) -> Any:
+        return self._embedding
+
+    def close(self) -> None:
+        """Release the store where this instance opened it (Qdrant Edge holds its folder while open)."""
+        self.collection.close()
+
+    def __enter__(self) -> RecembVectorStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writes
+    def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *, ids: list[str] | None = None,
+                  **kwargs: Any) -> list[str]:
+        texts = list(texts)
+        metadatas = list(metadatas) if metadatas is not None else [{} for _ in texts]
+        if len(metadatas) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(metadatas)} metadatas")
+        return self.add_documents([LCDocument(page_content=t, metadata=m or {}) for t, m in zip(texts, metadatas)],
+                                  ids=ids, **kwargs)
+
+    def add_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+        """Write ``documents`` (whole; passages too where the collection has them), overwriting those of the same
+        id and deleting nothing else. Ids: ``ids=``, else each document's ``id``, else one from its content."""
+        ids = kwargs.pop("ids", None)
+        show_progress_bar = kwargs.pop("show_progress_bar", None)
+        kwargs.pop("batch_size", None)  # the indexing API's; the main job batches by the collection's batch_size
+        if kwargs:
+            raise TypeError(f"add_documents got unexpected options {sorted(kwargs)}")
+        documents = list(documents)
+        if ids is not None:
+            ids = list(ids)
+            if len(ids) != len(documents):
+                raise ValueError(f"{len(documents)} documents but {len(ids)} ids")
+        chosen = [(ids[i] if ids is not None and ids[i] is not None else None) or d.id
+                  or content_id(d.page_content, d.metadata) for i, d in enumerate(documents)]
+        self.collection.add([RecembDocument(i, d.page_content, dict(d.metadata or {})) for i, d in
+                             zip(chosen, documents)], show_progress_bar=show_progress_bar)
+        return chosen
+
+    async def aadd_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+        return await asyncio.to_thread(self.add_documents, documents, **kwargs)
+
+    async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *,
+                         ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        return await asyncio.to_thread(self.add_texts, list(texts), metadatas, ids=ids, **kwargs)
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Delete these documents and all their passages. ``ids`` None is refused (LangChain's "delete all" is
+        not taken from a missing argument); an empty list deletes nothing."""
+        if ids is None:
+            raise ValueError("delete needs the ids to delete; None would mean every document, which this store "
+                             "never takes from a missing argument (delete the collection to empty it)")
+        self.collection.delete(ids)
+        return True
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        return await asyncio.to_thread(self.delete, ids, **kwargs)
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        return [LCDocument(page_content=d.text or "", metadata=dict(d.metadata), id=d.id)
+                for d in self.collection.get(list(ids))]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        return await asyncio.to_thread(self.get_by_ids, ids)
+
+    # ------------------------------------------------------------------ reads
+    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[LCDocument, float]]:
+        """The ``k`` best hits with their scores. ``filter``: metadata key -> value (all must match; a list matches
+        any of its values) or a qdrant ``models.Filter``; ``mode``: "hybrid" (the collection's default with BM25),
+        "dense" or "sparse"; ``granularity``: "document", "passage" or "any". A hybrid score ranks one search's hits
+        against each other; "dense" scores are cosine similarities."""
+        return [(as_document(f), f.score) for f in self._search(query, k, kwargs)]
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
+        return [document for document, _ in self.similarity_search_with_score(query, k, **kwargs)]
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[LCDocument]:
+        """Dense search by a query vector made by the collection's model."""
+        kwargs = {**kwargs, "mode": "dense"}
+        return [as_document(f) for f in self._search("", k, kwargs, query_vector=embedding)]
+
+    async def asimilarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any
+                                            ) -> list[tuple[LCDocument, float]]:
+        return await asyncio.to_thread(self.similarity_search_with_score, query, k, **kwargs)
+
+    async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
+        return await asyncio.to_thread(self.similarity_search, query, k, **kwargs)
+
+    def _search(self, query: str, k: int, kwargs: dict[str, Any], query_vector: list[float] | None = None
+                ) -> list[Found]:
+        unknown = sorted(set(kwargs) - set(SEARCH_OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown search option {unknown[0]!r}; this store takes k, {', '.join(SEARCH_OPTIONS)}")
+        return self.collection.search(query, k=k, filter=kwargs.get("filter"), mode=kwargs.get("mode"),
+                                      granularity=kwargs.get("granularity") or self.granularity,
+                                      query_vector=query_vector)
+
+    def as_retriever(self, **kwargs: Any) -> RecembRetriever:
+        """A retriever: ``search_kwargs`` {"k", "filter", "mode", "granularity"}; only ``search_type="similarity"``
+        (hybrid scores are not similarities, so no threshold, and MMR would need the points' vectors)."""
+        tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
+        return RecembRetriever(vectorstore=self, tags=tags, **kwargs)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_texts(cls, texts: list[str], embedding: Any, metadatas: list[dict] | None = None, *,
+                   ids: list[str] | None = None, collection_name: str = "langchain", **kwargs: Any
+                   ) -> RecembVectorStore:
+        store = cls(embedding, collection_name, **kwargs)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+    @classmethod
+    def from_documents(cls, documents: list[LCDocument], embedding: Any, *, ids: list[str] | None = None,
+                       collection_name: str = "langchain", **kwargs: Any) -> RecembVectorStore:
+        store = cls(embedding, collection_name, **kwargs)
+        store.add_documents(documents, ids=ids)
+        return store
+
+    @classmethod
+    async def afrom_texts(cls, texts: list[str], embedding: Any, metadatas: list[dict] | None = None, *,
+                          ids: list[str] | None = None, **kwargs: Any) -> RecembVectorStore:
+        return await asyncio.to_thread(cls.from_texts, texts, embedding, metadatas, ids=ids, **kwargs)
+
+
+def as_document(found: Found) -> LCDocument:
+    """A hit as a LangChain ``Document``: the user's metadata alone for a whole document that no passage led to,
+    with recemb's keys (``recemb_fields``) otherwise."""
+    metadata = dict(found.metadata) if found.whole_document else {**found.metadata, **recemb_fields(found)}
+    return LCDocument(page_content=found.text or "", metadata=metadata, id=found.document_id)
+
+
+class RecembRetriever(_vectorstores.VectorStoreRetriever):
+    """``RecembVectorStore.as_retriever()``: LangChain's vector store retriever with ``k`` (and the search options)
+    also settable directly, e.g. ``RecembRetriever(vectorstore=store, k=3, granularity="passage")``; ``invoke(query,
+    k=...)`` overrides them for one call."""
+
+    k: int | None = None
+    filter: Any = None
+    mode: str | None = None
+    granularity: str | None = None
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.search_type != "similarity":
+            raise ValueError(f"search_type {self.search_type!r}: a recemb collection is searched by similarity "
+                             "(hybrid scores are not similarities, and MMR needs the points' vectors)")
+        given = {"k": self.k, "filter": self.filter, "mode": self.mode, "granularity": self.granularity}
+        self.search_kwargs = {**self.search_kwargs, **{k: v for k, v in given.items() if v is not None}}

@@ -1,0 +1,341 @@
+"""RecembVectorStore: LangChain's standard vector store and retriever suites on both embedded stores, the indexing
+API's incremental and full cleanup, passages with their original text and place, the collection shared with `recemb
+sync` / `recemb search`, and deletes that never act on a missing argument. The store is compared with what was given
+after every write."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("qdrant_client")
+pytest.importorskip("langchain_tests")
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
+from langchain_core.indexing import InMemoryRecordManager, index  # noqa: E402
+from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests  # noqa: E402
+
+from recemb_integrations.langchain import RecEmbEmbeddings, RecembRetriever, RecembVectorStore  # noqa: E402
+from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync  # noqa: E402
+from recemb_integrations.qdrant import Document as RecembDocument  # noqa: E402
+from recemb_integrations.stores import open_store  # noqa: E402
+from tests.integrations.cli_cases import run, write  # noqa: E402
+from tests.integrations.conftest import tiny_model_dir  # noqa: E402
+
+LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(40))
+
+
+def tiny_embeddings(folder=None) -> RecEmbEmbeddings:
+    return RecEmbEmbeddings(model_name=str(folder or tiny_model_dir()), model_kwargs={"device": "cpu",
+                                                                                      "backend": "torch"})
+
+
+def points_of(store: RecembVectorStore) -> list:
+    """Every point of the store's collection, with payloads."""
+    found, _ = store.collection.store.scroll(store.collection.collection_name, limit=10_000, with_payload=True)
+    return found
+
+
+def documents_held(store: RecembVectorStore) -> dict[str, str]:
+    """Document id -> stored text, from the document points."""
+    return {p.payload["document_id"]: p.payload.get("text") for p in points_of(store)
+            if p.payload["kind"] == "document"}
+
+
+# ---------------------------------------------------------------------- LangChain's standard suites
+class TestStandardSuiteFakeEmbeddings(VectorStoreIntegrationTests):
+    """The suite as LangChain runs it (its deterministic fake embeddings: one dense vector a document, recemb's
+    BM25 beside it), on Qdrant Edge and on qdrant-client's local mode."""
+
+    @pytest.fixture()
+    def vectorstore(self, tmp_path, store_kind):
+        store = RecembVectorStore(self.get_embeddings(), "suite", path=tmp_path / "store", store_kind=store_kind)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+class TestStandardSuiteRecembModel(VectorStoreIntegrationTests):
+    """The same suite with recemb's own model (the tiny random one): the main job's embedding path."""
+
+    @pytest.fixture()
+    def vectorstore(self, tmp_path):
+        store = RecembVectorStore(tiny_embeddings(), "suite", path=tmp_path / "store", passage_tokens=8,
+                                  passages_above=16)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+class RetrieverSuite(RetrieversIntegrationTests):
+    """A retriever over five stored documents; the store lives in a temporary folder for the class."""
+
+    store_kind = "edge"
+
+    @classmethod
+    def setup_class(cls):
+        cls.folder = Path(tempfile.mkdtemp(prefix="recemb-retriever-"))
+        cls.store = RecembVectorStore(DeterministicFakeEmbedding(size=6), "retriever", path=cls.folder / "store",
+                                      store_kind=cls.store_kind)
+        cls.store.add_texts([f"note {i} about the harbour and its boats" for i in range(5)],
+                            ids=[f"n{i}" for i in range(5)])
+
+    @classmethod
+    def teardown_class(cls):
+        cls.store.close()
+        shutil.rmtree(cls.folder, ignore_errors=True)
+
+    @property
+    def retriever_constructor(self):
+        return RecembRetriever
+
+    @property
+    def retriever_constructor_params(self):
+        return {"vectorstore": self.store}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "boats in the harbour"
+
+
+class TestRetrieverSuiteEdge(RetrieverSuite):
+    store_kind = "edge"
+
+
+class TestRetrieverSuiteLocal(RetrieverSuite):
+    store_kind = "local"
+
+
+# ---------------------------------------------------------------------- the main job's treatment
+def test_recemb_model_stores_whole_documents_and_passages_with_their_original_text(tmp_path, tiny_folder,
+                                                                                  tiny_embedder, store_kind):
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "s", store_kind=store_kind,
+                           passage_tokens=16, passages_above=32) as store:
+        ids = store.add_documents([Document(page_content=LONG, metadata={"source": "log.txt"}, id="log"),
+                                   Document(page_content="short note on cod", metadata={"source": "n.txt"})])
+        assert ids[0] == "log" and ids[1].startswith("sha256-")
+        points = points_of(store)
+        own = {p.payload["document_id"]: p for p in points if p.payload["kind"] == "document"}
+        passages = [p for p in points if p.payload["kind"] == "passage"]
+        assert sorted(own) == sorted(ids) and len(passages) > 3
+        assert all(p.payload["document_id"] == "log" and LONG[p.payload["start"]:p.payload["end"]] ==
+                   p.payload["text"] for p in passages)
+        # The document's own point is the main job's: the same vector as recemb embeds the text.
+        stored, = store.collection.store.retrieve("c", [own["log"].id], with_vectors=True)
+        np.testing.assert_allclose(stored.vector["dense"], tiny_embedder.encode_documents([LONG])[0], rtol=1e-5,
+                                   atol=1e-6)
+        # Passage hits: the passage's own characters, its place, recemb's keys beside the user's.
+        hits = store.similarity_search_with_score("herring and cod at dawn", k=3, granularity="passage")
+        assert hits and all(isinstance(score, float) for _, score in hits)
+        for document, _ in hits:
+            meta = document.metadata
+            if meta.get("kind") == "passage":
+                assert document.page_content == LONG[meta["start"]:meta["end"]] and meta["source"] == "log.txt"
+                assert meta["line"] == 1 and meta["document_id"] == document.id == "log"
+        # Document hits: each document once, its whole text, its best passage's place as evidence.
+        documents = store.similarity_search("herring and cod at dawn", k=5)
+        assert sorted(d.id for d in documents) == sorted(ids)
+        log = next(d for d in documents if d.id == "log")
+        assert log.page_content == LONG and log.metadata["kind"] == "document"
+        assert LONG[log.metadata["start"]:log.metadata["end"]]
+        note = next(d for d in documents if d.id != "log")
+        assert note.metadata == {"source": "n.txt"}  # a whole document no passage led to: the user's metadata alone
+        # An edit replaces the document and all its passages; adding it again changes nothing.
+        store.add_documents([Document(page_content=LONG[:200], metadata={"source": "log.txt"}, id="log")])
+        assert documents_held(store)["log"] == LONG[:200]
+        assert all(LONG[:200][p.payload["start"]:p.payload["end"]] == p.payload["text"] for p in points_of(store)
+                   if p.payload["kind"] == "passage")
+        before = sorted(p.id for p in points_of(store))
+        store.add_documents([Document(page_content=LONG[:200], metadata={"source": "log.txt"}, id="log")])
+        assert sorted(p.id for p in points_of(store)) == before
+
+
+def test_search_options_filter_mode_and_retriever_kwargs(tmp_path, store_kind):
+    texts = {"owl": "owls hunt at night over the fields", "tide": "the tide follows the moon",
+             "bread": "bread needs time to rise"}
+    with RecembVectorStore(DeterministicFakeEmbedding(size=8), "c", path=tmp_path / "s",
+                           store_kind=store_kind) as store:
+        store.add_texts(list(texts.values()), [{"topic": k} for k in texts], ids=list(texts))
+        assert [d.id for d in store.similarity_search("owls", k=1, mode="sparse")] == ["owl"]
+        assert [d.id for d in store.similarity_search("the moon", k=3, filter={"topic": "tide"})] == ["tide"]
+        assert {d.id for d in store.similarity_search("x", k=3, filter={"topic": ["owl", "bread"]})} == {"owl",
+                                                                                                       "bread"}
+        retriever = store.as_retriever(search_kwargs={"k": 1, "mode": "sparse"})
+        assert [d.id for d in retriever.invoke("bread rises")] == ["bread"]
+        assert len(retriever.invoke("bread rises", k=3, mode="dense")) == 3
+        with pytest.raises(TypeError, match="unknown search option"):
+            store.similarity_search("x", k=1, score_threshold=0.5)
+        with pytest.raises(ValueError, match="search_type"):
+            store.as_retriever(search_type="mmr")
+        with pytest.raises(ValueError, match="mode"):
+            store.similarity_search("x", mode="fuzzy")
+        # by vector: the dense side alone
+        vector = DeterministicFakeEmbedding(size=8).embed_query("the tide follows the moon")
+        assert store.similarity_search_by_vector(vector, k=1)[0].id == "tide"
+
+
+def test_deletes_never_act_on_a_missing_or_mistyped_argument(tmp_path, store_kind):
+    with RecembVectorStore(DeterministicFakeEmbedding(size=6), "c", path=tmp_path / "s",
+                           store_kind=store_kind) as store:
+        store.add_texts(["a", "b", "c"], ids=["1", "2", "3"])
+        with pytest.raises(ValueError, match="never takes"):
+            store.delete(None)
+        with pytest.raises(ValueError, match="never takes"):
+            store.delete()
+        with pytest.raises(TypeError, match="one id"):
+            store.delete("1")
+        with pytest.raises(TypeError, match="non-empty strings"):
+            store.delete(["1", None])
+        with pytest.raises(TypeError, match="non-empty strings"):
+            store.delete([""])
+        assert store.delete([]) is True
+        assert sorted(documents_held(store)) == ["1", "2", "3"]
+        store.delete(["2", "404"])
+        assert sorted(documents_held(store)) == ["1", "3"]
+
+
+def test_bad_documents_fail_loudly_and_the_good_ones_are_written(tmp_path):
+    with RecembVectorStore(DeterministicFakeEmbedding(size=6), "c", path=tmp_path / "s") as store:
+        with pytest.raises(ValueError, match="1 of the documents were not added .*not JSON-serialisable.*other 1"):
+            store.add_texts(["good", "bad"], [{"k": 1}, {"k": object()}], ids=["g", "b"])
+        assert documents_held(store) == {"g": "good"}
+        with pytest.raises(ValueError, match="2 texts but 1 metadatas"):
+            store.add_texts(["x", "y"], [{}])
+        with pytest.raises(TypeError, match="Embeddings"):
+            RecembVectorStore("not a model", "c", path=tmp_path / "t")
+        with pytest.raises(ValueError, match="one of path"):
+            RecembVectorStore(DeterministicFakeEmbedding(size=6), "c")
+        with pytest.raises(TypeError, match="unknown option"):
+            RecembVectorStore(DeterministicFakeEmbedding(size=6), "c", path=tmp_path / "t", passage_token=8)
+
+
+# ---------------------------------------------------------------------- LangChain's indexing API
+def test_index_incremental_and_full_cleanup(tmp_path, tiny_folder, store_kind):
+    """``langchain_core.indexing.index``: a second run writes nothing, an edit replaces exactly that document (its
+    old passages gone), a removal deletes it."""
+    def docs(texts):
+        return [Document(page_content=t, metadata={"source": s}) for s, t in texts.items()]
+
+    texts = {"a.txt": LONG, "b.txt": "a short note on the tides", "c.txt": LONG.replace("herring", "mackerel")}
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "s", store_kind=store_kind,
+                           passage_tokens=16, passages_above=32) as store:
+        records = InMemoryRecordManager("recemb/c")
+        records.create_schema()
+        result = index(docs(texts), records, store, cleanup="incremental", source_id_key="source",
+                       key_encoder="sha256")
+        assert result["num_added"] == 3 and result["num_deleted"] == 0
+        points_before = sorted(p.id for p in points_of(store))
+        result = index(docs(texts), records, store, cleanup="incremental", source_id_key="source",
+                       key_encoder="sha256")
+        assert result["num_added"] == 0 and result["num_skipped"] == 3 and result["num_deleted"] == 0
+        assert sorted(p.id for p in points_of(store)) == points_before
+        texts["a.txt"] = LONG.replace("cod", "eel")  # an edit
+        result = index(docs(texts), records, store, cleanup="incremental", source_id_key="source",
+                       key_encoder="sha256")
+        assert result["num_added"] == 1 and result["num_deleted"] == 1
+        held = documents_held(store)
+        assert sorted(held.values()) == sorted(texts.values())  # one document per file, the new version
+        assert all(held[p.payload["document_id"]][p.payload["start"]:p.payload["end"]] == p.payload["text"]
+                   for p in points_of(store) if p.payload["kind"] == "passage")
+        assert not any("cod" in (p.payload.get("text") or "") for p in points_of(store)
+                       if held.get(p.payload["document_id"]) == texts["a.txt"])
+        del texts["c.txt"]  # a removal: full cleanup deletes what the run did not see
+        result = index(docs(texts), records, store, cleanup="full", source_id_key="source", key_encoder="sha256")
+        assert result["num_deleted"] == 1 and sorted(documents_held(store).values()) == sorted(texts.values())
+        assert {p.payload["document_id"] for p in points_of(store)} == set(documents_held(store))
+
+
+# ---------------------------------------------------------------------- one collection, any door
+def test_a_collection_written_by_recemb_sync_answers_as_a_retriever(tmp_path, tiny_folder, capsys, store_kind):
+    folder = tmp_path / "docs"
+    write(folder / "log.txt", LONG)
+    write(folder / "note.txt", "the tide follows the moon")
+    opts = ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / "store"), "--collection", "c",
+            "--store", store_kind]
+    assert run(capsys, ["sync", str(folder), "--passage-tokens", "16", "--passages-above", "32", *opts])[0] == 0
+    # No setting repeated: the store reads the collection's own (passages, BM25, no stored texts).
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "store") as store:
+        hits = store.as_retriever(search_kwargs={"k": 2, "granularity": "passage"}).invoke("herring and cod")
+        assert len(hits) == 2 and all(h.id == "log.txt" and h.metadata["kind"] == "passage" for h in hits)
+        for hit in hits:  # the collection keeps no texts: the passage is read from its unchanged file
+            assert hit.page_content == LONG[hit.metadata["start"]:hit.metadata["end"]] and hit.metadata["line"] == 1
+        assert store.collection.sync.settings.passage_tokens == 16
+        # The file changes: its passage's text is not made up, the note says why.
+        write(folder / "log.txt", LONG.upper())
+        changed = [d for d in store.similarity_search("herring and cod", k=2, granularity="passage")
+                   if d.id == "log.txt"]
+        assert changed and all(d.page_content == "" and "changed" in d.metadata["note"] for d in changed)
+    with RecembVectorStore(DeterministicFakeEmbedding(size=32), "c", path=tmp_path / "store") as other:
+        with pytest.raises(CollectionMismatchError):  # another model: the pin refuses it
+            other.similarity_search("x", k=1)
+
+
+def test_recemb_search_reads_a_collection_written_through_langchain(tmp_path, tiny_folder, capsys, store_kind):
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "store", store_kind=store_kind,
+                           passage_tokens=16, passages_above=32) as store:
+        store.add_documents([Document(page_content=LONG, metadata={"source": "log"}, id="log"),
+                             Document(page_content="the tide follows the moon", id="tide")])
+    code, hits, err = run(capsys, ["search", "the tide follows the moon", "--model", str(tiny_folder),
+                                   "--qdrant-path", str(tmp_path / "store"), "--collection", "c", "--limit", "2"])
+    assert code == 0, err
+    assert {h["document_id"] for h in hits} == {"log", "tide"}
+    code, report, err = run(capsys, ["search", "herring", "--granularity", "passage", "--model", str(tiny_folder),
+                                     "--qdrant-path", str(tmp_path / "store"), "--collection", "c", "--mode",
+                                     "sparse"])
+    assert code == 0 and report and report[0]["document_id"] == "log"
+    # ... and the main job's API finds the same documents with the collection's recorded settings.
+    with open_store(path=tmp_path / "store") as s:
+        from recemb.core import Embedder
+
+        sync = QdrantSync.open(s, "c", Embedder.from_pretrained(tiny_folder, device="cpu", backend="torch"))
+        assert sync.settings.passage_tokens == 16 and sync.count() == 2
+        assert sync.sync([RecembDocument("tide", "the tide follows the moon")], delete_missing=False).unchanged == 1
+
+
+def test_from_texts_and_async(tmp_path):
+    import asyncio
+
+    store = RecembVectorStore.from_texts(["owls hunt at night", "bread rises"], DeterministicFakeEmbedding(size=6),
+                                         ids=["owl", "bread"], collection_name="c", path=tmp_path / "s")
+    try:
+        async def go():
+            await store.aadd_texts(["the tide follows the moon"], ids=["tide"])
+            found = await store.asimilarity_search("the tide follows the moon", k=1)
+            got = await store.aget_by_ids(["tide", "missing", "owl"])
+            await store.adelete(["owl"])
+            return found, got
+        found, got = asyncio.run(go())
+        assert [d.id for d in found] == ["tide"] and [d.id for d in got] == ["tide", "owl"]
+        assert sorted(documents_held(store)) == ["bread", "tide"]
+    finally:
+        store.close()
+
+
+def test_the_example_runs_offline_and_cites_its_passages(tmp_path, tiny_folder):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "examples" / "documents"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), HF_HUB_OFFLINE="1")
+    command = [sys.executable, str(root / "examples" / "langchain_retriever.py"), "--model", str(tiny_folder),
+               "--store", str(tmp_path / "store")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    citations = re.findall(r"\[([^,\]]+), line (\d+), characters ([\d,]+)-([\d,]+)\]", done.stdout)
+    assert len(citations) == 6 and done.stdout.count("Q: ") == 2
+    texts = {f.name: f.read_text(encoding="utf-8") for f in folder.glob("*.md")}
+    for name, line, start, end in citations:  # each span is in its file, on the line it names
+        start, end = int(start.replace(",", "")), int(end.replace(",", ""))
+        assert name in texts and 0 <= start < end <= len(texts[name])
+        assert texts[name][:start].count("\n") + 1 == int(line)
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout == done.stdout  # the second run found every document stored
