@@ -339,3 +339,25 @@ def test_the_example_runs_offline_and_cites_its_passages(tmp_path, tiny_folder):
         assert texts[name][:start].count("\n") + 1 == int(line)
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout == done.stdout  # the second run found every document stored
+
+
+def test_a_folder_sync_manages_its_root_and_one_with_a_prefix_leaves_framework_documents(tmp_path, tiny_folder,
+                                                                                         capsys):
+    """What the README says of sharing a collection: a folder's sync deletes every document of its root that is not
+    in the folder, those added through LangChain (which writes as the unprefixed root) included; a folder synced
+    with --id-prefix manages only its prefix, and leaves them."""
+    folder = tmp_path / "docs"
+    for name in ("a.txt", "b.txt", "c.txt", "d.txt"):
+        write(folder / name, f"{name} is about the sea and its boats")
+    added = [Document(page_content="added through LangChain", id="extra"), Document(page_content="and", id="more")]
+    for prefix, deleted, kept in (([], 2, []), (["--id-prefix", "docs"], 0, ["extra", "more"])):
+        opts = ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / f"store{len(prefix)}"),
+                "--collection", "c", *prefix]
+        assert run(capsys, ["sync", str(folder), *opts])[0] == 0
+        with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / f"store{len(prefix)}") as store:
+            store.add_documents(added)
+        code, report, _ = run(capsys, ["sync", str(folder), *opts])
+        assert code == 0 and report["deleted"] == deleted
+        with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / f"store{len(prefix)}") as store:
+            names = ["a.txt", "b.txt", "c.txt", "d.txt"]
+            assert sorted(documents_held(store)) == sorted([f"docs/{n}" for n in names] if prefix else names) + kept
