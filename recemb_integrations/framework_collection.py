@@ -114,6 +114,8 @@ class FrameworkCollection:
         self._store: Store | None = None
         self._sync: QdrantSync | None = None
         self._lock = threading.RLock()  # one opening of the store, one QdrantSync, whatever thread asks first
+        self._writing = threading.Lock()  # writes one at a time (async callers run them in threads): each plan is
+        # made from what the previous write left
 
     # ------------------------------------------------------------------ opening
     @property
@@ -168,7 +170,8 @@ class FrameworkCollection:
         left), deleting nothing else. Raises ``AddError`` if any could not be written, after the others were."""
         if not documents:
             return SyncReport()
-        report = self.sync.sync(list(documents), delete_missing=False, show_progress_bar=show_progress_bar)
+        with self._writing:
+            report = self.sync.sync(list(documents), delete_missing=False, show_progress_bar=show_progress_bar)
         if report.failed:
             raise AddError(report.failed, report.added + report.updated + report.metadata_updated
                            + report.unchanged)
@@ -177,7 +180,8 @@ class FrameworkCollection:
     def delete(self, document_ids: Sequence[str]) -> int:
         """Delete these documents and their passages (an empty list deletes nothing; None or one string is a
         TypeError); returns how many the collection held."""
-        return self.sync.delete_documents(document_ids)
+        with self._writing:
+            return self.sync.delete_documents(document_ids)
 
     def get(self, document_ids: Sequence[str]) -> list[StoredDocument]:
         return self.sync.get_documents(document_ids)

@@ -361,3 +361,22 @@ def test_a_folder_sync_manages_its_root_and_one_with_a_prefix_leaves_framework_d
         with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / f"store{len(prefix)}") as store:
             names = ["a.txt", "b.txt", "c.txt", "d.txt"]
             assert sorted(documents_held(store)) == sorted([f"docs/{n}" for n in names] if prefix else names) + kept
+
+
+def test_concurrent_async_adds_write_each_document_once(tmp_path, tiny_folder):
+    import asyncio
+
+    shared = [Document(page_content=LONG[i * 100:], id=f"shared{i}") for i in range(3)]
+    own = [[Document(page_content=f"note {n} on the tides", id=f"own{n}")] for n in range(4)]
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "s", passage_tokens=16,
+                           passages_above=32) as store:
+        async def go():
+            await asyncio.gather(*(store.aadd_documents(shared + extra) for extra in own))
+        asyncio.run(go())
+        held = documents_held(store)
+        assert sorted(held) == sorted([d.id for d in shared] + [f"own{n}" for n in range(4)])
+        keys = [(p.payload["document_id"], p.payload.get("passage")) for p in points_of(store)]
+        assert len(keys) == len(set(keys))
+        assert all(held[d][s:e] == t for d, s, e, t in ((p.payload["document_id"], p.payload["start"],
+                                                          p.payload["end"], p.payload["text"])
+                                                         for p in points_of(store) if p.payload["kind"] == "passage"))
