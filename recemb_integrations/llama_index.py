@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from recemb_integrations._imports import require
 
-__all__ = ["RecEmbEmbedding", "SparseEncoding", "bm25_sparse_fns"]
+_STORE_NAMES = ("RecembVectorStore",)  # loaded with qdrant-client only when asked for
+__all__ = ["RecEmbEmbedding", "SparseEncoding", "bm25_sparse_fns", *_STORE_NAMES]
 
 _base = require("llama_index.core.base.embeddings.base", "llama-index")
 _pydantic = require("llama_index.core.bridge.pydantic", "llama-index")
@@ -124,3 +125,11 @@ def bm25_sparse_fns(language: str = "english", avg_len: float = 256.0, k: float 
 
 def _unzip(vectors) -> SparseEncoding:
     return [list(v.indices) for v in vectors], [list(v.values) for v in vectors]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STORE_NAMES:
+        import recemb_integrations.llama_index_store as store_module
+
+        return getattr(store_module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
