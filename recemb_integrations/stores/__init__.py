@@ -35,6 +35,15 @@ from recemb_integrations.sparse import SparseVector
 DENSE_VECTOR, SPARSE_VECTOR = "dense", "bm25"  # the vector names of every recemb collection (layout 2)
 STORE_KINDS = ("edge", "local", "server")
 KEYWORD, INTEGER = "keyword", "integer"  # payload index types
+# Where a collection keeps its parts (docs/benchmarks.md, "Memory per point"): "ram" holds the dense vectors, the BM25
+# index and the payloads in memory (every collection before recemb 0.1's store layouts); "compact" keeps an int8 copy
+# of the dense vectors in memory for the search, which then rescores its candidates with the originals read from disk,
+# and leaves the originals, the BM25 index and the payloads on disk (mapped: the kernel keeps what is used). New
+# collections are compact; a collection keeps the layout it was created with (`recemb migrate` or a rebuild moves it).
+LAYOUT_RAM, LAYOUT_COMPACT = "ram", "compact"
+STORE_LAYOUTS = (LAYOUT_RAM, LAYOUT_COMPACT)
+DEFAULT_LAYOUT = LAYOUT_COMPACT
+INT8_QUANTILE = 0.99  # the int8 range of a compact collection's dense copy: the middle 99% of the values
 
 
 class StoreError(RuntimeError):
@@ -70,6 +79,7 @@ class CollectionInfo:
     dense_size: int | None  # dimension of the dense vector
     sparse: bool  # whether points have a BM25 vector
     named: bool = True  # False: one unnamed dense vector (recemb 0.1)
+    layout: str | None = None  # STORE_LAYOUTS, where the store knows it
 
 
 @dataclass
@@ -116,9 +126,10 @@ class Store(ABC):
     def list_collections(self) -> list[str]: ...
 
     @abstractmethod
-    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any]) -> None:
+    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any],
+                          layout: str = DEFAULT_LAYOUT) -> None:
         """A collection with a cosine dense vector ``"dense"`` and, if ``sparse``, a BM25 vector ``"bm25"`` with IDF
-        applied by the store."""
+        applied by the store, its parts kept as ``layout`` says (``STORE_LAYOUTS``)."""
 
     @abstractmethod
     def update_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
@@ -243,6 +254,7 @@ def _describe(kind: str) -> str:
     return {"edge": "Qdrant Edge store", "local": "qdrant-client local-mode store"}.get(kind, kind)
 
 
-__all__ = ["CollectionInfo", "DENSE_VECTOR", "INTEGER", "KEYWORD", "SPARSE_VECTOR", "STORE_KINDS", "SearchRequest",
-           "Store", "StoreDamagedError", "StoreError", "StoreFullError", "StoredPoint", "as_store", "detect_store_kind",
+__all__ = ["CollectionInfo", "DEFAULT_LAYOUT", "DENSE_VECTOR", "INT8_QUANTILE", "INTEGER", "KEYWORD",
+           "LAYOUT_COMPACT", "LAYOUT_RAM", "SPARSE_VECTOR", "STORE_KINDS", "STORE_LAYOUTS", "SearchRequest", "Store",
+           "StoreDamagedError", "StoreError", "StoreFullError", "StoredPoint", "as_store", "detect_store_kind",
            "open_store"]

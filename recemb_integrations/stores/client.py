@@ -25,10 +25,15 @@ from typing import Any
 from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import (
+    DEFAULT_LAYOUT,
     DENSE_VECTOR,
+    INT8_QUANTILE,
     INTEGER,
     KEYWORD,
+    LAYOUT_COMPACT,
+    LAYOUT_RAM,
     SPARSE_VECTOR,
+    STORE_LAYOUTS,
     CollectionInfo,
     SearchRequest,
     Store,
@@ -143,20 +148,33 @@ class ClientStore(Store):
         named = isinstance(vectors, dict)
         dense = vectors.get(DENSE_VECTOR) if named else vectors
         sparse = config.params.sparse_vectors or {}
+        quantized = getattr(dense, "quantization_config", None) or config.quantization_config
         return CollectionInfo(metadata=dict(config.metadata or {}), dense_size=getattr(dense, "size", None),
-                              sparse=SPARSE_VECTOR in sparse, named=named)
+                              sparse=SPARSE_VECTOR in sparse, named=named,
+                              layout=LAYOUT_COMPACT if quantized is not None else LAYOUT_RAM)
 
     @_local_errors
     def list_collections(self) -> list[str]:
         return sorted(c.name for c in self.client.get_collections().collections)
 
     @_local_errors
-    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any]) -> None:
+    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any],
+                          layout: str = DEFAULT_LAYOUT) -> None:
+        if layout not in STORE_LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(STORE_LAYOUTS)}, got {layout!r}")
+        # Local mode keeps every point in Python objects whatever the configuration says: it is created plain.
+        compact = layout == LAYOUT_COMPACT and self.kind == "server"
+        quantization = models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
+            type=models.ScalarType.INT8, quantile=INT8_QUANTILE, always_ram=True)) if compact else None
         self.client.create_collection(
             collection,
-            vectors_config={DENSE_VECTOR: models.VectorParams(size=dense_size, distance=models.Distance.COSINE)},
-            sparse_vectors_config=({SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
-                                   if sparse else None),
+            vectors_config={DENSE_VECTOR: models.VectorParams(size=dense_size, distance=models.Distance.COSINE,
+                                                              on_disk=compact or None,
+                                                              quantization_config=quantization)},
+            sparse_vectors_config=({SPARSE_VECTOR: models.SparseVectorParams(
+                modifier=models.Modifier.IDF, index=models.SparseIndexParams(on_disk=True) if compact else None)}
+                if sparse else None),
+            on_disk_payload=compact or None,
             metadata=metadata)
 
     @_local_errors

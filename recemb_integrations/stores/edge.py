@@ -57,10 +57,15 @@ from typing import Any
 from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import (
+    DEFAULT_LAYOUT,
     DENSE_VECTOR,
+    INT8_QUANTILE,
     INTEGER,
     KEYWORD,
+    LAYOUT_COMPACT,
+    LAYOUT_RAM,
     SPARSE_VECTOR,
+    STORE_LAYOUTS,
     CollectionInfo,
     SearchRequest,
     Store,
@@ -71,13 +76,14 @@ from recemb_integrations.stores import (
 )
 
 __all__ = ["COLLECTION_FILE", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN", "GROUP_FUSE_ALL_BELOW", "HNSW_EF",
-           "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS", "OPTIMIZE_SPACE_FACTOR", "SPACE_FLOOR", "STORE_FORMAT",
-           "WRITE_SPACE_FACTOR"]
+           "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS", "OPTIMIZE_SPACE_FACTOR",
+           "RESCORE_OVERSAMPLING", "SPACE_FLOOR", "STORE_FORMAT", "WRITE_SPACE_FACTOR", "edge_config"]
 
 EDGE_MARKER = "recemb-edge.json"
 STORE_FORMAT = 1
 COLLECTION_FILE = "collection.json"
 OPTIMIZE_AFTER_POINTS = 10_000  # points written since opening that make ``optimize`` build the index
+RESCORE_OVERSAMPLING = 2.0  # a compact collection's search takes twice the candidates by int8, rescored in fp32
 HNSW_EF = 512  # search-time HNSW beam: recall against latency per value in docs/benchmarks.md (stores at scale)
 GROUP_FETCH_MIN = 64  # points fetched at least to fill a page of groups
 GROUP_FUSE_ALL_BELOW = 2048  # collections up to this many points fuse all of them in a grouped hybrid search
@@ -98,6 +104,24 @@ _RECOVER = ("delete its folder {folder} and sync it again from its source folder
 
 def _edge():
     return require("qdrant_edge", "qdrant")
+
+
+def edge_config(E: Any, dense_size: int, sparse: bool, layout: str) -> Any:
+    """The Edge shard configuration of a collection in ``layout`` (``stores.STORE_LAYOUTS``); the shard keeps it on
+    disk, so a collection opens as it was created."""
+    dense = dict(size=dense_size, distance=E.Distance.Cosine)
+    bm25 = dict(modifier=E.Modifier.Idf)
+    extra = {}
+    if layout == LAYOUT_COMPACT:
+        # The int8 copy (a quarter of the fp32 vectors) stays pinned in memory for the graph walk; the originals
+        # are read back only to rescore the candidates. The BM25 inverted index held in memory was the largest part
+        # of a point (docs/benchmarks.md); on disk, only the posting lists a query touches are read.
+        dense.update(memory=E.Memory.Cold, quantization_config=E.ScalarQuantizationConfig(
+            type=E.ScalarType.Int8, quantile=INT8_QUANTILE, memory=E.Memory.Pinned))
+        bm25.update(memory=E.Memory.Cold)
+        extra.update(payload_memory=E.Memory.Cold)
+    return E.EdgeConfig(vectors={DENSE_VECTOR: E.EdgeVectorParams(**dense)},
+                        sparse_vectors={SPARSE_VECTOR: E.EdgeSparseVectorParams(**bm25)} if sparse else None, **extra)
 
 
 class EdgeStore(Store):
@@ -145,6 +169,7 @@ class EdgeStore(Store):
         self._shards: dict[str, Any] = {}
         self._written: dict[str, int] = {}  # points upserted per collection since opening
         self._index_keys: dict[str, set[str]] = {}  # payload keys with an index, per collection
+        self._layouts: dict[str, str] = {}  # each collection's layout (stores.STORE_LAYOUTS), read once
         self._unrecorded: set[str] = set()  # collections written since opening: their point count is recorded on close
         self._mutex = threading.RLock()
 
@@ -202,7 +227,7 @@ class EdgeStore(Store):
     def collection_info(self, collection: str) -> CollectionInfo:
         record = self._record(collection)
         return CollectionInfo(metadata=record.get("metadata") or {}, dense_size=record["dense_size"],
-                              sparse=record["sparse"])
+                              sparse=record["sparse"], layout=record.get("layout", LAYOUT_RAM))
 
     def list_collections(self) -> list[str]:
         names = []
@@ -212,8 +237,11 @@ class EdgeStore(Store):
                 names.append(record["name"])
         return sorted(names)
 
-    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any]) -> None:
+    def create_collection(self, collection: str, dense_size: int, sparse: bool, metadata: dict[str, Any],
+                          layout: str = DEFAULT_LAYOUT) -> None:
         E = self._edge
+        if layout not in STORE_LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(STORE_LAYOUTS)}, got {layout!r}")
         with self._mutex:
             if self.collection_exists(collection):
                 raise ValueError(f"collection {collection!r} already exists")
@@ -224,15 +252,14 @@ class EdgeStore(Store):
             self._ensure_space(SPACE_FLOOR, f"creating collection {collection!r}")
             folder.mkdir()
             self._index_keys.pop(collection, None)
+            self._layouts.pop(collection, None)
             self._unrecorded.discard(collection)
-            config = E.EdgeConfig(
-                vectors={DENSE_VECTOR: E.EdgeVectorParams(size=dense_size, distance=E.Distance.Cosine)},
-                sparse_vectors=({SPARSE_VECTOR: E.EdgeSparseVectorParams(modifier=E.Modifier.Idf)} if sparse
-                                else None))
             with self._engine_errors(collection, "created"):
-                self._shards[collection] = E.EdgeShard.create(str(folder / "shard"), config)
+                self._shards[collection] = E.EdgeShard.create(str(folder / "shard"),
+                                                              edge_config(E, dense_size, sparse, layout))
             self._write_file(folder / COLLECTION_FILE, {"name": collection, "dense_size": dense_size,
-                                                        "sparse": sparse, "metadata": metadata, "points": 0},
+                                                        "sparse": sparse, "metadata": metadata, "points": 0,
+                                                        "layout": layout},
                              f"creating collection {collection!r}")
 
     def update_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
@@ -252,6 +279,7 @@ class EdgeStore(Store):
             shutil.rmtree(trash, ignore_errors=True)
             self._written.pop(collection, None)
             self._index_keys.pop(collection, None)
+            self._layouts.pop(collection, None)
             self._unrecorded.discard(collection)
 
     def create_payload_index(self, collection: str, key: str, schema: str) -> None:
@@ -271,6 +299,12 @@ class EdgeStore(Store):
             if collection not in self._index_keys:  # read once per opening; kept in step by create_payload_index
                 self._index_keys[collection] = set(self._record(collection).get("indexed", []))
             return self._index_keys[collection]
+
+    def _layout(self, collection: str) -> str:
+        with self._mutex:  # read once per opening: a collection keeps the layout it was created with
+            if collection not in self._layouts:
+                self._layouts[collection] = self._record(collection).get("layout", LAYOUT_RAM)
+            return self._layouts[collection]
 
     def _shard(self, collection: str):
         with self._mutex:
@@ -474,8 +508,10 @@ class EdgeStore(Store):
         # Filtered HNSW misses matches that sit behind filtered-out neighbours unless the field has a payload index
         # (its HNSW then links within each value); ACORN explores past them where none has.
         acorn = edge_filter is not None and not _filter_keys(request.filter) <= self._indexed(collection)
+        rescore = (E.QuantizationSearchParams(rescore=True, oversampling=RESCORE_OVERSAMPLING)
+                   if self._layout(collection) == LAYOUT_COMPACT else None)
         dense_params = E.SearchParams(hnsw_ef=max(HNSW_EF, request.limit, request.candidates),
-                                      acorn=E.AcornSearchParams(enable=True) if acorn else None)
+                                      acorn=E.AcornSearchParams(enable=True) if acorn else None, quantization=rescore)
         dense_name = request.dense_name or DENSE_VECTOR
         dense = (E.Query.Nearest(list(request.dense), using=dense_name) if request.dense is not None else None)
         sparse = (E.Query.Nearest(E.SparseVector(indices=list(request.sparse.indices),
