@@ -75,14 +75,23 @@ from recemb_integrations.stores import (
     StoreFullError,
 )
 
-__all__ = ["COLLECTION_FILE", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN", "GROUP_FUSE_ALL_BELOW", "HNSW_EF",
-           "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS", "OPTIMIZE_SPACE_FACTOR",
-           "RESCORE_OVERSAMPLING", "SPACE_FLOOR", "STORE_FORMAT", "WRITE_SPACE_FACTOR", "edge_config"]
+__all__ = ["COLLECTION_FILE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN",
+           "GROUP_FUSE_ALL_BELOW", "HNSW_EF", "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS",
+           "OPTIMIZE_SPACE_FACTOR", "RESCORE_OVERSAMPLING", "SEAL_AFTER_POINTS", "SPACE_FLOOR", "STORE_FORMAT",
+           "WRITE_SPACE_FACTOR", "edge_config"]
 
 EDGE_MARKER = "recemb-edge.json"
 STORE_FORMAT = 1
 COLLECTION_FILE = "collection.json"
 OPTIMIZE_AFTER_POINTS = 10_000  # points written since opening that make ``optimize`` build the index
+# A compact collection is indexed as it is written: every SEAL_AFTER_POINTS points the engine indexes what came in
+# (a segment of its own, merged only down to COMPACT_SEGMENTS) and the shard is reopened, so the file pages written
+# are unmapped. One optimize over everything at the end peaked at several times the store's size (docs/benchmarks.md).
+SEAL_AFTER_POINTS = 20_000
+COMPACT_SEGMENTS = 8
+# The beam is walked in every segment: a compact collection's segments are small, and 256 keeps its recall at
+# HNSW_EF's on one large segment for a fraction of the time (docs/benchmarks.md).
+COMPACT_HNSW_EF = 256
 RESCORE_OVERSAMPLING = 2.0  # a compact collection's search takes twice the candidates by int8, rescored in fp32
 HNSW_EF = 512  # search-time HNSW beam: recall against latency per value in docs/benchmarks.md (stores at scale)
 GROUP_FETCH_MIN = 64  # points fetched at least to fill a page of groups
@@ -119,7 +128,8 @@ def edge_config(E: Any, dense_size: int, sparse: bool, layout: str) -> Any:
         dense.update(memory=E.Memory.Cold, quantization_config=E.ScalarQuantizationConfig(
             type=E.ScalarType.Int8, quantile=INT8_QUANTILE, memory=E.Memory.Pinned))
         bm25.update(memory=E.Memory.Cold)
-        extra.update(payload_memory=E.Memory.Cold)
+        extra.update(payload_memory=E.Memory.Cold,
+                     optimizers=E.EdgeOptimizersConfig(default_segment_number=COMPACT_SEGMENTS))
     return E.EdgeConfig(vectors={DENSE_VECTOR: E.EdgeVectorParams(**dense)},
                         sparse_vectors={SPARSE_VECTOR: E.EdgeSparseVectorParams(**bm25)} if sparse else None, **extra)
 
@@ -170,6 +180,7 @@ class EdgeStore(Store):
         self._written: dict[str, int] = {}  # points upserted per collection since opening
         self._index_keys: dict[str, set[str]] = {}  # payload keys with an index, per collection
         self._layouts: dict[str, str] = {}  # each collection's layout (stores.STORE_LAYOUTS), read once
+        self._unsealed: dict[str, int] = {}  # points upserted per compact collection since it was last indexed
         self._unrecorded: set[str] = set()  # collections written since opening: their point count is recorded on close
         self._mutex = threading.RLock()
 
@@ -457,8 +468,13 @@ class EdgeStore(Store):
                                                   for v in p.vector.values())
             edge_points.append(E.Point(id=p.id, vector=vector, payload=payload))
         if edge_points:
-            self._update(collection, E.UpdateOperation.upsert_points(edge_points), need=WRITE_SPACE_FACTOR * size)
-            self._written[collection] = self._written.get(collection, 0) + len(edge_points)
+            with self._mutex:
+                self._update(collection, E.UpdateOperation.upsert_points(edge_points),
+                             need=WRITE_SPACE_FACTOR * size)
+                self._written[collection] = self._written.get(collection, 0) + len(edge_points)
+                self._unsealed[collection] = self._unsealed.get(collection, 0) + len(edge_points)
+                if self._unsealed[collection] >= SEAL_AFTER_POINTS and self._layout(collection) == LAYOUT_COMPACT:
+                    self._seal(collection)
 
     def delete(self, collection: str, filter: Any) -> None:
         self._update(collection, self._edge.UpdateOperation.delete_points_by_filter(self._filter(filter)))
@@ -508,9 +524,10 @@ class EdgeStore(Store):
         # Filtered HNSW misses matches that sit behind filtered-out neighbours unless the field has a payload index
         # (its HNSW then links within each value); ACORN explores past them where none has.
         acorn = edge_filter is not None and not _filter_keys(request.filter) <= self._indexed(collection)
-        rescore = (E.QuantizationSearchParams(rescore=True, oversampling=RESCORE_OVERSAMPLING)
-                   if self._layout(collection) == LAYOUT_COMPACT else None)
-        dense_params = E.SearchParams(hnsw_ef=max(HNSW_EF, request.limit, request.candidates),
+        compact = self._layout(collection) == LAYOUT_COMPACT
+        rescore = E.QuantizationSearchParams(rescore=True, oversampling=RESCORE_OVERSAMPLING) if compact else None
+        dense_params = E.SearchParams(hnsw_ef=max(COMPACT_HNSW_EF if compact else HNSW_EF, request.limit,
+                                                  request.candidates),
                                       acorn=E.AcornSearchParams(enable=True) if acorn else None, quantization=rescore)
         dense_name = request.dense_name or DENSE_VECTOR
         dense = (E.Query.Nearest(list(request.dense), using=dense_name) if request.dense is not None else None)
@@ -583,7 +600,28 @@ class EdgeStore(Store):
                     done.set()
                     ticker.join()
             self._written[collection] = 0
+            if self._layout(collection) == LAYOUT_COMPACT:
+                self._reopen(collection)
         return True
+
+    def _seal(self, collection: str) -> None:
+        """Index what was written since the last seal (a compact collection's writes, as they go) and reopen."""
+        with self._mutex:
+            shard = self._shard(collection)
+            taken = _file_usage(self._folder(collection) / "shard", skip="wal")[0]
+            self._ensure_space(SPACE_FLOOR + OPTIMIZE_SPACE_FACTOR * taken, f"indexing collection {collection!r}")
+            with self._engine_errors(collection, "indexed"):
+                shard.optimize()
+            self._reopen(collection)
+
+    def _reopen(self, collection: str) -> None:
+        """Close the shard (its point count recorded, as a close does) so the pages of the files it wrote are
+        unmapped; the next call opens it again, with the usual checks."""
+        with self._mutex:
+            if collection in self._unrecorded:
+                self._record_count(collection)
+            self._close_shard(collection)
+            self._unsealed[collection] = 0
 
     def _filter(self, f):
         return None if f is None else _translate_filter(self._edge, f)

@@ -150,3 +150,40 @@ def test_local_mode_is_created_plain_and_a_server_gets_the_compact_config(tmp_pa
     assert old["vectors_config"]["dense"].quantization_config is None and old["on_disk_payload"] is None
     with pytest.raises(ValueError, match="layout"):
         server.create_collection("x", 8, True, {}, layout="tiny")
+
+
+def test_a_compact_collection_is_indexed_as_it_is_written(tmp_path, monkeypatch):
+    """Every SEAL_AFTER_POINTS points a compact collection is indexed and its shard reopened (what bounds a big
+    sync's memory); nothing is lost or changed by it, and a ram collection is left to the one optimize."""
+    import numpy as np
+
+    from recemb_integrations.sparse import SparseVector
+    from recemb_integrations.stores import SearchRequest, StoredPoint
+    from recemb_integrations.stores import edge as edge_module
+
+    monkeypatch.setattr(edge_module, "SEAL_AFTER_POINTS", 40)
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(200, 8))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    points = [StoredPoint(f"00000000-0000-0000-0000-{i + 1:012d}", {"document_id": str(i), "kind": "passage"},
+                          {"dense": vectors[i].tolist(), "bm25": SparseVector((i,), (1.0,))}) for i in range(200)]
+    for layout, reopenings in ((LAYOUT_COMPACT, 4), (LAYOUT_RAM, 0)):  # 5 seals, the last one not reopened yet
+        with open_store(path=tmp_path / layout) as store:
+            store.create_collection("c", 8, True, {}, layout=layout)
+            loads = []
+            load = store._edge.EdgeShard.load
+            monkeypatch.setattr(store._edge.EdgeShard, "load", lambda path, *a: loads.append(path) or load(path, *a))
+            for start in range(0, 200, 20):
+                store.upsert("c", points[start:start + 20])
+            monkeypatch.undo()
+            monkeypatch.setattr(edge_module, "SEAL_AFTER_POINTS", 40)
+            assert len(loads) == reopenings and store.count("c") == 200
+        with open_store(path=tmp_path / layout) as store:  # the count recorded at each reopening holds
+            assert store.count("c") == 200
+            stored = store.retrieve("c", [p.id for p in points], with_vectors=True)
+            assert sorted(p.payload["document_id"] for p in stored) == sorted(str(i) for i in range(200))
+            for p in stored:
+                np.testing.assert_allclose(p.vector["dense"], vectors[int(p.payload["document_id"])], atol=1e-6)
+            for i in (0, 77, 199):
+                hits = store.query("c", SearchRequest(limit=1, dense=vectors[i].tolist(), candidates=10))
+                assert hits[0].payload["document_id"] == str(i) and hits[0].score == pytest.approx(1.0, abs=1e-5)
