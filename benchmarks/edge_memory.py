@@ -45,7 +45,6 @@ import ctypes
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -77,43 +76,18 @@ def status() -> dict[str, int]:
     return out
 
 
-def component(rel: str) -> str:
-    """A shard file's component: ``segments/<uuid>/vector_storage-dense/matrix.dat`` -> ``vector_storage-dense``,
-    ``wal/open-3`` -> ``wal``; the int8 copy of the dense vectors apart from the originals."""
-    rel = re.sub(r"^segments/[0-9a-f-]+/", "", rel)
-    parts = rel.split("/")
-    if parts[0].startswith("vector_storage") and len(parts) > 1 and parts[1].startswith("quantized"):
-        return parts[0] + " (int8)"
-    return parts[0].split(".")[0]
-
-
 def resident_by_component(shard: Path) -> dict[str, int]:
-    """Resident KB of this process's mappings of files under ``shard``, per component."""
-    prefix = str(shard.resolve()) + "/"
-    comps: dict[str, int] = {}
-    current = None
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            first = line.split(None, 1)[0]
-            if "-" in first and not first.endswith(":"):  # a mapping's header line
-                parts = line.split(None, 5)
-                path = parts[5].strip() if len(parts) > 5 else ""
-                current = component(path[len(prefix):].removesuffix(" (deleted)")) if path.startswith(prefix) \
-                    else None
-            elif current is not None and line.startswith("Rss:"):
-                comps[current] = comps.get(current, 0) + int(line.split()[1])
-    return dict(sorted(comps.items()))
+    """Resident KB of this process's mappings of files under ``shard``, per component (``store_part``)."""
+    from recemb_integrations.stores.footprint import resident_by_part
+
+    return {part: size // 1024 for part, size in (resident_by_part(shard) or {}).items()}
 
 
 def disk_by_component(shard: Path) -> dict[str, int]:
     """Bytes allocated on disk per component (st_blocks, as du counts them)."""
-    sizes: dict[str, int] = {}
-    for dirpath, _, files in os.walk(shard):
-        for name in files:
-            path = Path(dirpath, name)
-            key = component(str(path.relative_to(shard)))
-            sizes[key] = sizes.get(key, 0) + path.stat().st_blocks * 512
-    return dict(sorted(sizes.items()))
+    from recemb_integrations.stores.footprint import disk_by_part
+
+    return disk_by_part(shard)
 
 
 def memory(shard: Path) -> dict:
@@ -240,7 +214,7 @@ def write_child(folder: Path, layout: str, n: int) -> dict:
     import numpy as np  # noqa: F401  (imported before the baseline)
     import qdrant_edge  # noqa: F401
 
-    from recemb_integrations.qdrant.points import passage_payload
+    from recemb_integrations.qdrant.points import PAYLOAD_INDEXES, passage_payload
     from recemb_integrations.sparse import SparseVector
     from recemb_integrations.stores import StoredPoint
     from recemb_integrations.stores.edge import EdgeStore
@@ -251,6 +225,8 @@ def write_child(folder: Path, layout: str, n: int) -> dict:
     store = EdgeStore(folder)
     shard = folder / "collections" / "c" / "shard"
     store.create_collection("c", DIM, True, {}, layout=layout)
+    for key, schema in PAYLOAD_INDEXES.items():  # the payload indexes every collection of the main job has
+        store.create_payload_index("c", key, schema)
     sampler = Sampler()
     t = time.perf_counter()
     for b in range((n + BATCH - 1) // BATCH):

@@ -21,9 +21,10 @@ How it goes:
 4. Verification (``verify=True``): the target holds as many points as the source, and a digest over every point is
    the same on both sides (``collection_digest``). A target that rounds dense vectors differently (qdrant-client's
    local mode normalises every cosine vector again, in float64, changing the last bit of some float32 values) makes
-   the digests differ: the points are then compared one by one, dense vectors within ``DENSE_TOLERANCE``, and the
-   report counts those as ``rounded``. Any other difference is a ``MigrationError`` naming it; the mark stays, and
-   the next run copies everything again.
+   the digests differ, and so does a compact target, which keeps its dense vectors as float16: the points are then
+   compared one by one, dense vectors within ``DENSE_TOLERANCE`` of the source's values as the target keeps them
+   (as given, normalised again, or rounded to float16), and the report counts those as ``rounded``. Any other
+   difference is a ``MigrationError`` naming it; the mark stays, and the next run copies everything again.
 5. The mark is removed (the metadata becomes the source's): the copy is complete. An embedded Qdrant Edge target
    builds its search index first.
 
@@ -289,7 +290,8 @@ def _verify(source: Store, target: Store, collection: str, target_collection: st
         return source_digest, target_digest, 0
     rounded, differences = 0, []
     if source_count == target_count:  # rounding by the target's store, or real differences: compare point by point
-        rounded, differences = _compare(source, target, collection, target_collection, batch_size)
+        float16 = target.collection_info(target_collection).dense_datatype == "float16"
+        rounded, differences = _compare(source, target, collection, target_collection, batch_size, float16)
         if not differences:
             return source_digest, target_digest, rounded
     shown = "; ".join(differences[:_SHOWN_DIFFERENCES]) + (
@@ -300,8 +302,10 @@ def _verify(source: Store, target: Store, collection: str, target_collection: st
 
 
 def _compare(source: Store, target: Store, collection: str, target_collection: str,
-             batch_size: int) -> tuple[int, list[str]]:
-    """Points whose dense vectors differ by rounding only, and a description of every other difference."""
+             batch_size: int, float16: bool = False) -> tuple[int, list[str]]:
+    """Points whose dense vectors differ by rounding only, and a description of every other difference.
+    ``float16``: the target keeps its dense vectors as float16 (a compact collection), so each of its values is
+    the source's rounded to float16."""
     rounded, differences = 0, []
     for page in _pages(source, collection, batch_size):
         found = {p.id: p for p in target.retrieve(target_collection, [p.id for p in page], with_vectors=True)}
@@ -310,7 +314,7 @@ def _compare(source: Store, target: Store, collection: str, target_collection: s
             if other is None:
                 differences.append(f"point {point.id} is missing from the target")
                 continue
-            problem = _difference(point, other)
+            problem = _difference(point, other, float16)
             if problem == "rounded":
                 rounded += 1
             elif problem:
@@ -318,8 +322,9 @@ def _compare(source: Store, target: Store, collection: str, target_collection: s
     return rounded, differences
 
 
-def _difference(a: StoredPoint, b: StoredPoint) -> str | None:
-    """None if equal, "rounded" if only dense values differ within DENSE_TOLERANCE, else what differs."""
+def _difference(a: StoredPoint, b: StoredPoint, float16: bool = False) -> str | None:
+    """None if equal, "rounded" if only dense values differ within DENSE_TOLERANCE (of the source's values rounded
+    to float16, where ``float16``), else what differs."""
     if _canonical_json(a.payload) != _canonical_json(b.payload):
         return "payload differs"
     va = a.vector if isinstance(a.vector, dict) else {"": a.vector}
@@ -342,11 +347,22 @@ def _difference(a: StoredPoint, b: StoredPoint) -> str | None:
         if x.shape != y.shape:
             return f"dense vector {name!r} has {x.size} values vs {y.size}"
         if x.tobytes() != y.tobytes():
-            gap = float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+            gap = min(float(np.max(np.abs(stored - y.astype(np.float64)))) for stored in _as_stored(x, float16))
             if not gap <= DENSE_TOLERANCE:
                 return f"dense vector {name!r} differs by up to {gap:.3g}"
             rounded = True
     return "rounded" if rounded else None
+
+
+def _as_stored(x: np.ndarray, float16: bool) -> list[np.ndarray]:
+    """The forms a store may keep a (cosine) dense vector in, in float64: as given, normalised again (local mode
+    does so in float64), and rounded to float16 (a compact collection, ``float16``)."""
+    given = x.astype(np.float64)
+    norm = float(np.linalg.norm(given))
+    forms = [given] + ([given / norm] if norm > 0 else [])
+    if float16:
+        forms.append(x.astype(np.float16).astype(np.float64))
+    return forms
 
 
 def _fail(target: Store, target_collection: str, metadata: dict[str, Any], mark: dict[str, Any], message: str):

@@ -184,3 +184,20 @@ def sigkill_after_progress(argv: list[str], progress: Path, at_least: int, timeo
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     return len(progress.read_text().split())
+
+
+# fp16's unit roundoff: the largest relative change rounding a value to float16 makes (normal range)
+FLOAT16_ROUNDOFF = 2.0 ** -11
+
+
+def assert_stored_dense(stored, expected, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """A dense vector as a store gave it back, against the one the model made: equal at float32 (within ``rtol`` /
+    ``atol``), or, where the store keeps float16 originals (a compact collection), each value the model's rounded to
+    float16: only float16 values are taken for that, within fp16's unit roundoff of the model's."""
+    stored, expected = np.asarray(stored, np.float64), np.asarray(expected, np.float64)
+    assert stored.shape == expected.shape
+    if np.allclose(stored, expected, rtol=rtol, atol=atol):
+        return
+    assert np.array_equal(stored.astype(np.float16).astype(np.float64), stored), (
+        "the stored vector differs from the model's and is not a float16 rounding of it")
+    np.testing.assert_allclose(stored, expected, rtol=FLOAT16_ROUNDOFF, atol=atol + 2.0 ** -25)

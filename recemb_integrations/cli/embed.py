@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from recemb_integrations.cli import resources
-from recemb_integrations.cli.options import add_model_options
+from recemb_integrations.cli.options import add_model_options, add_qdrant_options
 from recemb_integrations.cli.output import EXIT_OK, EXIT_PARTIAL, CommandError, emit
 from recemb_integrations.sources import file_metadata, read_text
 from recemb_integrations.terminal import escape, escape_controls
@@ -26,9 +26,11 @@ def add_embed_command(commands) -> None:
 
 
 def add_info_command(commands) -> None:
-    p = commands.add_parser("info", help="describe a model")
-    p.add_argument("model", help="model folder or Hugging Face id")
-    p.set_defaults(run=cmd_info)
+    p = commands.add_parser("info", help="describe a model, or what a synced collection takes (--collection)")
+    p.add_argument("model", nargs="?", help="model folder or Hugging Face id")
+    add_qdrant_options(p, sync=False)
+    # a collection is described only when named: `recemb info MODEL` opens no store
+    p.set_defaults(run=cmd_info, collection=None)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -78,6 +80,14 @@ def _read_documents(files: tuple[Path, ...], ids: tuple[str, ...]):
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if args.collection is not None:
+        if args.model is not None:
+            raise CommandError("give a model or --collection, not both")
+        from recemb_integrations.cli.footprint import cmd_collection_info
+
+        return cmd_collection_info(args)
+    if args.model is None:
+        raise CommandError("name a model to describe, or a collection with --collection")
     from recemb.core import Embedder, architecture
     from recemb.core.autodtype import auto_choice
     from recemb.core.loading import detect_architecture, resolve_model_path

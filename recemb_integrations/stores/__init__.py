@@ -80,6 +80,7 @@ class CollectionInfo:
     sparse: bool  # whether points have a BM25 vector
     named: bool = True  # False: one unnamed dense vector (recemb 0.1)
     layout: str | None = None  # STORE_LAYOUTS, where the store knows it
+    dense_datatype: str = "float32"  # how the store keeps the dense vectors: "float32" or "float16" (read back so)
 
 
 @dataclass
@@ -182,6 +183,15 @@ class Store(ABC):
     def optimize(self, collection: str, show_progress_bar: bool | None = None) -> bool:
         """Build search indexes after a large write, where the store does not do it by itself. True if it ran."""
         return False
+
+    def footprint(self, collection: str):
+        """What ``collection`` takes (``stores.footprint.Footprint``): its points and layout, and where the store
+        keeps its files, the bytes on disk and resident in this process by part."""
+        from recemb_integrations.stores.footprint import Footprint
+
+        info = self.collection_info(collection)
+        return Footprint(collection=collection, kind=self.kind, layout=info.layout, points=self.count(collection),
+                         dense_datatype=info.dense_datatype)
 
     def close(self) -> None:
         """Release the store (files, locks, connections)."""

@@ -151,7 +151,9 @@ class ClientStore(Store):
         quantized = getattr(dense, "quantization_config", None) or config.quantization_config
         return CollectionInfo(metadata=dict(config.metadata or {}), dense_size=getattr(dense, "size", None),
                               sparse=SPARSE_VECTOR in sparse, named=named,
-                              layout=LAYOUT_COMPACT if quantized is not None else LAYOUT_RAM)
+                              layout=LAYOUT_COMPACT if quantized is not None else LAYOUT_RAM,
+                              dense_datatype="float16" if getattr(dense, "datatype", None) == models.Datatype.FLOAT16
+                              else "float32")
 
     @_local_errors
     def list_collections(self) -> list[str]:
@@ -170,6 +172,7 @@ class ClientStore(Store):
             collection,
             vectors_config={DENSE_VECTOR: models.VectorParams(size=dense_size, distance=models.Distance.COSINE,
                                                               on_disk=compact or None,
+                                                              datatype=models.Datatype.FLOAT16 if compact else None,
                                                               quantization_config=quantization)},
             sparse_vectors_config=({SPARSE_VECTOR: models.SparseVectorParams(
                 modifier=models.Modifier.IDF, index=models.SparseIndexParams(on_disk=True) if compact else None)}

@@ -39,6 +39,7 @@ every store (../shared/reference/qdrant-hybrid-and-edge.md):
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import json
@@ -74,6 +75,7 @@ from recemb_integrations.stores import (
     StoreError,
     StoreFullError,
 )
+from recemb_integrations.stores.footprint import Footprint, disk_by_part, process_memory, resident_by_part
 
 __all__ = ["COLLECTION_FILE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN",
            "GROUP_FUSE_ALL_BELOW", "HNSW_EF", "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS",
@@ -92,7 +94,8 @@ COMPACT_SEGMENTS = 8
 # The beam is walked in every segment: a compact collection's segments are small, and 256 keeps its recall at
 # HNSW_EF's on one large segment for a fraction of the time (docs/benchmarks.md).
 COMPACT_HNSW_EF = 256
-RESCORE_OVERSAMPLING = 2.0  # a compact collection's search takes twice the candidates by int8, rescored in fp32
+RESCORE_OVERSAMPLING = 2.0  # a compact collection's search takes twice the candidates by int8, rescored from disk
+COMPACT_DATATYPE = "Float16"  # how a compact collection stores its original dense vectors (edge_config)
 HNSW_EF = 512  # search-time HNSW beam: recall against latency per value in docs/benchmarks.md (stores at scale)
 GROUP_FETCH_MIN = 64  # points fetched at least to fill a page of groups
 GROUP_FUSE_ALL_BELOW = 2048  # collections up to this many points fuse all of them in a grouped hybrid search
@@ -111,6 +114,23 @@ _RECOVER = ("delete its folder {folder} and sync it again from its source folder
             "the store from a backup")
 
 
+_MALLOC_TRIM = None  # glibc's malloc_trim once looked up; False where there is none
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap the engine freed back to the system (glibc's malloc_trim). An optimize frees most of what it
+    allocated, but the allocator keeps it for reuse, several times what the collection then holds
+    (docs/benchmarks.md, "Memory per point"). Nothing where the C library has no malloc_trim."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
 def _edge():
     return require("qdrant_edge", "qdrant")
 
@@ -124,9 +144,12 @@ def edge_config(E: Any, dense_size: int, sparse: bool, layout: str) -> Any:
     if layout == LAYOUT_COMPACT:
         # The int8 copy (a quarter of the fp32 vectors) stays pinned in memory for the graph walk; the originals
         # are read back only to rescore the candidates. The BM25 inverted index held in memory was the largest part
-        # of a point (docs/benchmarks.md); on disk, only the posting lists a query touches are read.
-        dense.update(memory=E.Memory.Cold, quantization_config=E.ScalarQuantizationConfig(
-            type=E.ScalarType.Int8, quantile=INT8_QUANTILE, memory=E.Memory.Pinned))
+        # of a point (docs/benchmarks.md); on disk, only the posting lists a query touches are read. The originals
+        # are kept as float16: a rescore reads them at random, and the kernel's read-ahead soon keeps all of them
+        # in the page cache, so their size is what searching a collection keeps resident.
+        dense.update(memory=E.Memory.Cold, datatype=getattr(E.VectorStorageDatatype, COMPACT_DATATYPE),
+                     quantization_config=E.ScalarQuantizationConfig(
+                         type=E.ScalarType.Int8, quantile=INT8_QUANTILE, memory=E.Memory.Pinned))
         bm25.update(memory=E.Memory.Cold)
         extra.update(payload_memory=E.Memory.Cold,
                      optimizers=E.EdgeOptimizersConfig(default_segment_number=COMPACT_SEGMENTS))
@@ -238,7 +261,8 @@ class EdgeStore(Store):
     def collection_info(self, collection: str) -> CollectionInfo:
         record = self._record(collection)
         return CollectionInfo(metadata=record.get("metadata") or {}, dense_size=record["dense_size"],
-                              sparse=record["sparse"], layout=record.get("layout", LAYOUT_RAM))
+                              sparse=record["sparse"], layout=record.get("layout", LAYOUT_RAM),
+                              dense_datatype=record.get("dense_datatype", "float32"))
 
     def list_collections(self) -> list[str]:
         names = []
@@ -270,7 +294,9 @@ class EdgeStore(Store):
                                                               edge_config(E, dense_size, sparse, layout))
             self._write_file(folder / COLLECTION_FILE, {"name": collection, "dense_size": dense_size,
                                                         "sparse": sparse, "metadata": metadata, "points": 0,
-                                                        "layout": layout},
+                                                        "layout": layout,
+                                                        "dense_datatype": COMPACT_DATATYPE.lower()
+                                                        if layout == LAYOUT_COMPACT else "float32"},
                              f"creating collection {collection!r}")
 
     def update_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
@@ -602,6 +628,7 @@ class EdgeStore(Store):
             self._written[collection] = 0
             if self._layout(collection) == LAYOUT_COMPACT:
                 self._reopen(collection)
+            _release_freed_memory()
         return True
 
     def _seal(self, collection: str) -> None:
@@ -613,6 +640,7 @@ class EdgeStore(Store):
             with self._engine_errors(collection, "indexed"):
                 shard.optimize()
             self._reopen(collection)
+            _release_freed_memory()
 
     def _reopen(self, collection: str) -> None:
         """Close the shard (its point count recorded, as a close does) so the pages of the files it wrote are
@@ -622,6 +650,20 @@ class EdgeStore(Store):
                 self._record_count(collection)
             self._close_shard(collection)
             self._unsealed[collection] = 0
+
+    def footprint(self, collection: str) -> Footprint:
+        """What ``collection`` takes: bytes on disk by part, the file pages of it resident in this process, and the
+        anonymous memory it took when this call opened it (None when it was open already)."""
+        with self._mutex:
+            before = process_memory() if collection not in self._shards else None
+            points = self.count(collection)  # opens the shard
+            after = process_memory() if before is not None else None
+            shard = self._folder(collection) / "shard"
+            info = self.collection_info(collection)
+            return Footprint(collection=collection, kind=self.kind, layout=info.layout, points=points,
+                             dense_datatype=info.dense_datatype, disk=disk_by_part(shard),
+                             resident=resident_by_part(shard) or {},
+                             opened_anonymous=max(0, after.anonymous - before.anonymous) if after else None)
 
     def _filter(self, f):
         return None if f is None else _translate_filter(self._edge, f)

@@ -15,7 +15,6 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("qdrant_client")
@@ -42,6 +41,7 @@ from tests.integrations.cli_cases import (  # noqa: E402
     stored_ids,
     stored_payloads,
 )
+from tests.utils import assert_stored_dense  # noqa: E402
 
 
 # ---------------------------------------------------------------------- no mass deletion by accident
@@ -179,7 +179,7 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         assert widest and max(widest) <= 2 * window  # the tokenizer never saw the whole text
         point = client.retrieve("c", [sync_point_id("big.txt")], with_vectors=True)[0]
         expected = emb.embed_token_ids([reference], normalize=True)[0].numpy()
-        np.testing.assert_allclose(point.vector["dense"], expected, rtol=1e-5, atol=1e-6)
+        assert_stored_dense(point.vector["dense"], expected, rtol=1e-5, atol=1e-6)
         body, eos = reference[:-1], reference[-1]
         windows = [body[i : i + 64] + [eos] for i in range(0, len(body) - 16, 48)]  # the whole-list rule
         # The report counts every token embedded: the document's and its passages'.
@@ -189,7 +189,7 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         assert sorted(p.payload["passage"] for p in passages) == list(range(len(windows)))
         expected = emb.embed_token_ids(windows, normalize=True).numpy()
         for p in passages:
-            np.testing.assert_allclose(p.vector["dense"], expected[p.payload["passage"]], rtol=1e-5, atol=1e-6)
+            assert_stored_dense(p.vector["dense"], expected[p.payload["passage"]], rtol=1e-5, atol=1e-6)
 
 
 def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder):
@@ -202,7 +202,7 @@ def test_max_tokens_truncates_with_a_warning(tmp_path, opts, capsys, tiny_folder
     with open_store(path=tmp_path / "store") as store:
         point = store.retrieve("c", [sync_point_id("doc000.txt")], with_vectors=True)[0]
     assert point.payload["tokens"] == 20
-    np.testing.assert_allclose(point.vector["dense"], emb.encode_documents([text], max_length=20)[0],
+    assert_stored_dense(point.vector["dense"], emb.encode_documents([text], max_length=20)[0],
                                rtol=1e-5, atol=1e-6)
     code, _, err = run(capsys, ["sync", str(corpus), "--max-tokens", "30", *opts])
     assert code == 2 and "--max-tokens" in err  # the collection keeps one truncation
@@ -411,7 +411,7 @@ def expected_state(store: Path, corpus: Path, tiny_folder, passage_tokens: int =
         for f, text, vector in zip(files, texts, emb.encode_documents(texts)):
             point = s.retrieve("c", [sync_point_id(f.name)], with_vectors=True)[0]
             assert point.payload["content_hash"] == content_hash(text)
-            np.testing.assert_allclose(point.vector["dense"], vector, rtol=1e-5, atol=1e-6)
+            assert_stored_dense(point.vector["dense"], vector, rtol=1e-5, atol=1e-6)
         n_passages = s.count("c") - len(files)
     expected = sum(len(range(0, max(len(ids) - 1, 1), passage_tokens)) for ids in emb.tokenize(texts))
     assert n_passages == expected

@@ -19,6 +19,7 @@ from recemb_integrations.qdrant import (  # noqa: E402
 )
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import write  # noqa: E402
+from tests.utils import assert_stored_dense  # noqa: E402
 
 TEXTS = {"a": "owls hunt at night over the fields", "b": "the tide follows the moon", "c": "bread needs time to rise"}
 
@@ -47,7 +48,7 @@ def test_another_librarys_model_fills_a_collection_with_one_point_a_document(tmp
         assert sorted(stored) == sorted(TEXTS) and all(p.payload["kind"] == "document" for p in stored.values())
         for doc_id, p in stored.items():  # its own vector (normalised), recemb's BM25 beside it
             expected = np.asarray(vector(TEXTS[doc_id]), dtype=np.float32)
-            np.testing.assert_allclose(p.vector["dense"], expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
+            assert_stored_dense(p.vector["dense"], expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
             assert len(p.vector["bm25"].indices) > 0
         assert [h.document_id for h in sync.search("the tide follows the moon", limit=1, mode="dense")] == ["b"]
         assert [h.document_id for h in sync.search("owls", limit=1, mode="sparse")] == ["a"]
@@ -71,7 +72,7 @@ def test_a_given_vector_is_the_documents_own_point_and_its_passages_are_embedded
         stored, _ = store.scroll("c", limit=1000, with_payload=True, with_vectors=True)
         own = next(p for p in stored if p.payload["kind"] == "document")
         passages = [p for p in stored if p.payload["kind"] == "passage"]
-        np.testing.assert_allclose(own.vector["dense"], given, rtol=1e-5, atol=1e-6)
+        assert_stored_dense(own.vector["dense"], given, rtol=1e-5, atol=1e-6)
         assert len(passages) > 1 and all(text[p.payload["start"]:p.payload["end"]] == p.payload["text"]
                                          for p in passages)
         # the same as embedding the text itself, which is what the given vector was

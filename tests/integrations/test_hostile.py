@@ -17,7 +17,6 @@ import errno
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("qdrant_client")
@@ -39,6 +38,7 @@ from tests.integrations.cli_cases import (  # noqa: E402
     texts_under,
     write,
 )
+from tests.utils import assert_stored_dense  # noqa: E402
 
 
 # ---------------------------------------------------------------------- 1. roots
@@ -236,7 +236,7 @@ def test_text_without_whitespace_streams_in_bounded_pieces(tmp_path, capsys, mon
     assert widest and max(widest) <= 4000  # the tokenizer never saw the whole text
     with open_store(path=store) as s:
         vector = s.retrieve("c", [q.point_id("glued.txt")], with_vectors=True)[0].vector["dense"]
-    np.testing.assert_allclose(vector, bundled.embed_token_ids([reference], normalize=True)[0].numpy(),
+    assert_stored_dense(vector, bundled.embed_token_ids([reference], normalize=True)[0].numpy(),
                                rtol=1e-5, atol=1e-6)
     assert_store_is(store, {"glued.txt": text})
 
@@ -274,7 +274,7 @@ def test_a_stretch_no_tokenizer_rule_can_cut_is_read_no_further(tmp_path, opts, 
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     with open_store(path=tmp_path / "store") as s:
         vector = s.retrieve("c", [q.point_id("blob.txt")], with_vectors=True)[0].vector["dense"]
-    np.testing.assert_allclose(vector, emb.encode_documents([text[:2500]])[0], rtol=1e-5, atol=1e-6)
+    assert_stored_dense(vector, emb.encode_documents([text[:2500]])[0], rtol=1e-5, atol=1e-6)
     assert_store_is(tmp_path / "store", {"blob.txt": text})
 
 

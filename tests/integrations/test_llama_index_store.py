@@ -40,6 +40,7 @@ from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore  
 from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync, content_hash  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import run, write  # noqa: E402
+from tests.utils import assert_stored_dense  # noqa: E402
 
 LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(20))
 PASSAGES = dict(passage_tokens=16, passage_overlap=4, passages_above=32)
@@ -131,7 +132,7 @@ def test_add_query_get_delete_and_clear_round_trip(tmp_path, store_kind):
             assert payload["metadata"].get("ref_doc_id") == ("guide" if node.node_id != "bread" else None)
         for point in points_of(store, with_vectors=True):  # each node's own vector
             node = next(n for n in nodes if n.node_id == point.payload["document_id"])
-            np.testing.assert_allclose(point.vector["dense"], unit(node.embedding), rtol=1e-5, atol=1e-6)
+            assert_stored_dense(point.vector["dense"], unit(node.embedding), rtol=1e-5, atol=1e-6)
 
         vector = model.get_query_embedding("owls at night")
         result = store.query(VectorStoreQuery(query_str="owls at night", query_embedding=vector, similarity_top_k=1))
@@ -248,7 +249,7 @@ def test_a_long_node_gets_passages_with_their_places(tmp_path, tiny_folder, stor
         assert all(p["document_id"] == "log" and LONG[p["start"]:p["end"]] == p["text"] for p in passages)
         # The node's own vector (made by LlamaIndex from its text and embed metadata) is the document's point.
         stored, = store.collection.store.retrieve("c", [own["log"].id], with_vectors=True)
-        np.testing.assert_allclose(stored.vector["dense"], unit(log.embedding), rtol=1e-5, atol=1e-6)
+        assert_stored_dense(stored.vector["dense"], unit(log.embedding), rtol=1e-5, atol=1e-6)
 
         query = VectorStoreQuery(query_str="herring and cod at dawn", similarity_top_k=3)
         hits = store.query(query, granularity="passage").nodes
@@ -278,7 +279,7 @@ def test_another_model_gives_one_point_per_node_and_vectors_can_come_with_the_no
         assert sorted(p.payload["document_id"] for p in points) == ["log", "tide"]  # no passages, however long
         for point in points:
             text = next(n.text for n in nodes if n.node_id == point.payload["document_id"])
-            np.testing.assert_allclose(point.vector["dense"], unit(model.get_text_embedding(text)), rtol=1e-5)
+            assert_stored_dense(point.vector["dense"], unit(model.get_text_embedding(text)), rtol=1e-5)
             assert point.vector.get("bm25") is not None  # recemb's BM25 beside it
         assert store.collection.sync.record.model == "llama-index:HashEmbedding:hash16"
         assert store.query(VectorStoreQuery(query_str="tide moon", similarity_top_k=1)).ids == ["tide"]

@@ -27,7 +27,7 @@ from recemb_integrations.migrate import (  # noqa: E402
 from recemb_integrations.qdrant import collection_settings  # noqa: E402
 from recemb_integrations.qdrant.record import META_KEY, REBUILD_SUFFIX  # noqa: E402
 from recemb_integrations.sparse import SparseVector  # noqa: E402
-from recemb_integrations.stores import SearchRequest, StoredPoint  # noqa: E402
+from recemb_integrations.stores import DEFAULT_LAYOUT, LAYOUT_RAM, SearchRequest, StoredPoint  # noqa: E402
 from recemb_integrations.stores.client import ClientStore  # noqa: E402
 
 DIM = 16
@@ -73,8 +73,8 @@ def make_points(n=N, seed=0):
     return points
 
 
-def fill(store, name="docs", points=None, metadata=METADATA):
-    store.create_collection(name, DIM, True, metadata)
+def fill(store, name="docs", points=None, metadata=METADATA, layout=DEFAULT_LAYOUT):
+    store.create_collection(name, DIM, True, metadata, layout=layout)
     points = make_points() if points is None else points
     for i in range(0, len(points), 64):
         store.upsert(name, points[i:i + 64])
@@ -91,20 +91,24 @@ def snapshot(store, name="docs"):
 
 
 def assert_same_points(source, target, name="docs", target_name="docs"):
-    """Same ids, payloads and BM25 vectors; dense vectors equal at float32 (a local-mode target normalises them again,
-    in float64, which may move the last bit)."""
+    """Same ids, payloads and BM25 vectors; dense vectors equal at float32, or each value rounded to float16 in a
+    compact collection; a local-mode target normalises them again, in float64 (which moves the last bit of a float32
+    unit vector, and a float16-rounded vector, not quite of unit length, by up to that rounding)."""
     a, b = snapshot(source, name), snapshot(target, target_name)
     assert sorted(a) == sorted(b)
     exact = target.kind != "local"
+    float16 = target.collection_info(target_name).dense_datatype == "float16"
     for pid, p in a.items():
         q = b[pid]
         assert q.payload == p.payload
         assert sorted(q.vector) == sorted(p.vector)
         x, y = np.asarray(p.vector["dense"], np.float32), np.asarray(q.vector["dense"], np.float32)
+        if float16:
+            x = x.astype(np.float16).astype(np.float32)
         if exact:
             assert x.tobytes() == y.tobytes()
         else:
-            np.testing.assert_allclose(y, x, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(y, x / np.linalg.norm(x.astype(np.float64)), rtol=0, atol=1e-6)
         if "bm25" in p.vector:
             assert q.vector["bm25"].indices == p.vector["bm25"].indices
             assert (np.asarray(q.vector["bm25"].values, np.float32).tobytes()
@@ -196,7 +200,10 @@ def test_migrates_points_and_metadata(source, target):
     assert (report.points, report.copied, report.resumed) == (N, N, False)
     assert report.seconds > 0 and len(report.source_digest) == 64
     assert proxy.upserts == N // BATCH
-    if target.kind != "local":  # stores that keep float32 vectors as written: the very same digest
+    rounds = [s.collection_info("docs").dense_datatype for s in (source, target)] == ["float32", "float16"]
+    if rounds:  # a compact Edge collection keeps float16 vectors: each point's dense values rounded, and counted
+        assert report.source_digest != report.target_digest and report.rounded == N
+    elif target.kind != "local":  # stores that keep vectors as written: the very same digest
         assert report.source_digest == report.target_digest and report.rounded == 0
     else:  # local mode normalises every vector again, in float64: a third of these move by a float32 ulp
         assert report.source_digest != report.target_digest and report.rounded > 0 if source.kind == "edge" else (
@@ -356,8 +363,9 @@ def test_digest_ignores_order_and_store_and_sees_every_field(tmp_path):
     points = make_points(40)
     with make_store("local", None) as a, make_store("edge", tmp_path / "b") as b:
         fill(a, points=points)
-        # local mode normalises the vectors again (in float64): b is given them as a stores them, in reverse order
-        fill(b, points=list(snapshot(a).values())[::-1])
+        # local mode normalises the vectors again (in float64): b is given them as a stores them, in reverse order,
+        # and keeps them as float32 (the ram layout)
+        fill(b, points=list(snapshot(a).values())[::-1], layout=LAYOUT_RAM)
         assert collection_digest(a, "docs") == collection_digest(b, "docs", batch_size=7)
     p = points[3]
     base = point_digest(p)

@@ -2,7 +2,6 @@
 its BM25 vector are that original span, long documents get passages by default, and a search shows passages only of
 complete documents."""
 
-import numpy as np
 import pytest
 
 pytest.importorskip("qdrant_client")
@@ -20,7 +19,7 @@ from recemb_integrations.qdrant import (  # noqa: E402
     point_id,
 )
 from tests.integrations.test_qdrant import make_store  # noqa: E402
-from tests.utils import SAMPLE_TEXT, transformers_model  # noqa: E402
+from tests.utils import SAMPLE_TEXT, assert_stored_dense, transformers_model  # noqa: E402
 
 ACCENTED = "Herr Müller trinkt einen Café an der Straße in München."
 TEXTS = [
@@ -132,7 +131,7 @@ def test_each_passage_is_its_tokens_original_characters(kind_embedder, tmp_path,
                 covered = [offsets[i - lead] for i in range(s, min(s + size, len(body))) if i >= lead]
                 assert (start, end) == (covered[0][0], max(e for _, e in covered))
                 # the same ids as before offsets: the same vector
-                np.testing.assert_allclose(p.vector["dense"], vector, rtol=1e-5, atol=1e-6)
+                assert_stored_dense(p.vector["dense"], vector, rtol=1e-5, atol=1e-6)
 
 
 def test_passage_bm25_counts_the_original_words(tiny_embedder, tmp_path):

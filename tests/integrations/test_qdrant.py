@@ -23,7 +23,14 @@ from recemb_integrations.qdrant import (  # noqa: E402
 )
 from recemb_integrations.stores import Store, open_store  # noqa: E402
 from recemb_integrations.stores.client import ClientStore  # noqa: E402
-from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model  # noqa: E402
+from tests.utils import (  # noqa: E402
+    FLOAT16_ROUNDOFF,
+    SAMPLE_TEXT,
+    assert_stored_dense,
+    save_transformers_checkpoint,
+    sigkill_after_progress,
+    transformers_model,
+)
 
 DOCS = [
     Document("a.txt", "state space models keep a fixed-size state", {"lang": "en", "n": 1}),
@@ -102,7 +109,7 @@ def test_first_sync_then_no_change(store, embedder):
         assert str(p.id) == point_id(doc.id)
         assert p.payload["content_hash"] == content_hash(doc.text) and p.payload["metadata"] == doc.metadata
         assert "text" not in p.payload
-        np.testing.assert_allclose(p.vector["dense"], vec, rtol=1e-5, atol=1e-6)
+        assert_stored_dense(p.vector["dense"], vec, rtol=1e-5, atol=1e-6)
     meta = collection_settings(store, "docs")
     assert meta["dim"] == embedder.dim and meta["distance"] == "Cosine"
 
@@ -124,7 +131,7 @@ def test_edit_remove_add(store, embedder):
     points = stored(store)
     assert set(points) == {"a.txt", "b.txt", "d.txt"} and sync.count() == 3
     assert points["a.txt"].payload["text"] == "an edited first document"
-    np.testing.assert_allclose(points["a.txt"].vector["dense"],
+    assert_stored_dense(points["a.txt"].vector["dense"],
                                embedder.inner.encode_documents("an edited first document"),
                                rtol=1e-5, atol=1e-6)
 
@@ -225,8 +232,8 @@ def test_dense_search_ranks_by_cosine_and_filters(store, embedder):
     sync.sync(DOCS)
     query = "fixed-size recurrent state"
     hits = sync.search(query, limit=3, mode="dense")
-    q = embedder.inner.encode_queries([query])[0]
-    d = embedder.inner.encode_documents([doc.text for doc in DOCS])
+    q = as_kept(store, embedder.inner.encode_queries([query])[0])
+    d = as_kept(store, embedder.inner.encode_documents([doc.text for doc in DOCS]))
     expected = sorted(zip((d @ q).tolist(), [doc.id for doc in DOCS]), reverse=True)
     assert [h.document_id for h in hits] == [doc_id for _, doc_id in expected]
     np.testing.assert_allclose([h.score for h in hits], [s for s, _ in expected], rtol=1e-4, atol=1e-5)
@@ -346,7 +353,7 @@ def test_sync_killed_midway_converges_on_rerun(tmp_path, tiny_folder, kind):
         vectors = emb.encode_documents([d.text for d in docs])
         for d, v in zip(docs, vectors):
             assert points[d.id].payload["content_hash"] == content_hash(d.text)
-            np.testing.assert_allclose(points[d.id].vector["dense"], v, rtol=1e-5, atol=1e-6)
+            assert_stored_dense(points[d.id].vector["dense"], v, rtol=1e-5, atol=1e-6)
             bm25 = points[d.id].vector["bm25"]  # hybrid is on: the BM25 vector survives the kill as well
             assert f32(bm25) == f32(bm25_of(store).embed_document(d.text))
         n_passages = store.count("docs") - 60
@@ -358,7 +365,9 @@ def test_sync_killed_midway_converges_on_rerun(tmp_path, tiny_folder, kind):
 def test_vectors_are_float_lists_of_model_dim(store, embedder):
     QdrantSync(store, "docs", embedder).sync(DOCS[:1])
     assert len(stored(store)["a.txt"].vector["dense"]) == embedder.dim
-    assert torch.tensor(stored(store)["a.txt"].vector["dense"]).norm().item() == pytest.approx(1.0, rel=1e-5)
+    # unit length, to float32's rounding or, kept as float16, to float16's
+    rounded = FLOAT16_ROUNDOFF if store.collection_info("docs").dense_datatype == "float16" else 1e-5
+    assert torch.tensor(stored(store)["a.txt"].vector["dense"]).norm().item() == pytest.approx(1.0, rel=rounded)
 
 
 def test_passage_windows_from_a_stream_equal_the_whole_list_rule():
@@ -418,11 +427,19 @@ def bm25_of(store, collection="docs", passages=False):
     return bm25.with_avg_len(settings["passage_avg_len"]) if passages else bm25
 
 
+def as_kept(store, vectors: np.ndarray, collection: str = "docs") -> np.ndarray:
+    """Vectors as the store scores them: a compact collection keeps float16 vectors and rounds the query to float16
+    too before the dot product."""
+    if store.collection_info(collection).dense_datatype == "float16":
+        return vectors.astype(np.float16).astype(np.float32)
+    return vectors
+
+
 def brute_force_rankings(embedder, store, query, docs):
     """Dense (cosine) and BM25 rankings of the document ids, computed outside Qdrant: BM25 = sum over the query's
     terms of IDF ln((N - df + 0.5) / (df + 0.5) + 1) times the document's value, N = points with a BM25 vector."""
-    q = embedder.inner.encode_queries([query])[0]
-    d = embedder.inner.encode_documents([doc.text for doc in docs])
+    q = as_kept(store, embedder.inner.encode_queries([query])[0])
+    d = as_kept(store, embedder.inner.encode_documents([doc.text for doc in docs]))
     dense = dict(zip([doc.id for doc in docs], (d @ q).tolist()))
     vectors = {doc.id: bm25_of(store).embed_document(doc.text).as_dict() for doc in docs}
     n = sum(1 for v in vectors.values() if v)
@@ -670,7 +687,7 @@ def test_a_rebuild_stopped_anywhere_loses_nothing_and_the_next_sync_finishes_it(
     assert sorted(points) == [d.id for d in CORPUS] and collection_settings(store, "docs")["layout"] == 2
     vectors = embedder.inner.encode_documents([d.text for d in CORPUS])
     for d, v in zip(CORPUS, vectors):
-        np.testing.assert_allclose(points[d.id].vector["dense"], v, rtol=1e-5, atol=1e-6)
+        assert_stored_dense(points[d.id].vector["dense"], v, rtol=1e-5, atol=1e-6)
         assert f32(points[d.id].vector["bm25"]) == f32(bm25_of(store).embed_document(d.text))
     assert "rebuild" not in collection_settings(store, "docs")
 

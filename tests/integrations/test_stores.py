@@ -11,7 +11,14 @@ from qdrant_client import QdrantClient  # noqa: E402
 from qdrant_client import models as qm  # noqa: E402
 
 from recemb_integrations.sparse import SparseVector  # noqa: E402
-from recemb_integrations.stores import SearchRequest, StoredPoint, StoreError, detect_store_kind, open_store  # noqa: E402
+from recemb_integrations.stores import (  # noqa: E402
+    LAYOUT_RAM,
+    SearchRequest,
+    StoredPoint,
+    StoreError,
+    detect_store_kind,
+    open_store,
+)
 from recemb_integrations.stores.client import ClientStore  # noqa: E402
 
 DIM = 4
@@ -92,7 +99,9 @@ def test_searches_and_groups_agree_between_stores(tmp_path):
     results = {}
     for kind in ("local", "edge"):
         with make(kind, tmp_path / kind) as store:
-            store.create_collection("c", DIM, True, {})
+            # the engines' answers to the last bit: the ram layout, whose vectors are float32 in both (a compact
+            # collection's float16 originals: test_store_layout.py)
+            store.create_collection("c", DIM, True, {}, layout=LAYOUT_RAM)
             store.upsert("c", [point(i) for i in range(40)])
             dense = SearchRequest(limit=5, dense=[1.0, 0.3, 0.2, 0.5])
             sparse = SearchRequest(limit=5, sparse=SparseVector((2, 7), (1.0, 1.0)))
