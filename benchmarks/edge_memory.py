@@ -1,12 +1,13 @@
 """Resident memory per point of the embedded Qdrant Edge store in each store layout (issue #47).
 
 For each layout ("ram": dense vectors, BM25 index and payloads in memory; "compact": an int8 copy of the dense
-vectors pinned in memory, originals, BM25 index and payloads on disk) and each collection size N, two fresh child
-processes (this script with ``--child``) measure:
+vectors pinned in memory, float16 originals, BM25 index and payloads on disk) and each collection size N, two fresh
+child processes (this script with ``--child``) measure:
 
-- write: ``EdgeStore`` -> ``create_collection(layout=...)`` -> N passage-like points upserted through
-  ``EdgeStore.upsert`` in batches of 256 (a 384-d unit vector from a few hundred random centres plus noise, a BM25
-  vector of 80 terms, ``passage_payload`` with a ~600-character text) -> ``optimize(force=True)`` -> measure ->
+- write: ``EdgeStore`` -> ``create_collection(layout=...)`` and the main job's payload indexes -> N passage-like
+  points upserted through ``EdgeStore.upsert`` in batches of 256 (a 384-d unit vector from a few hundred random
+  centres plus noise, a BM25 vector of 80 terms, ``passage_payload`` with a ~600-character text) ->
+  ``optimize(force=True)`` -> measure ->
   ``close()``. Seconds to write and to optimize, peak RSS (VmHWM) before the optimize and overall, and after the
   optimize RssAnon, RssFile and the file-backed resident KB per shard component (from /proc/self/smaps: mappings of
   files under the store folder, grouped by the segment folder's component, e.g. ``vector_storage-dense``), the same

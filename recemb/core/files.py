@@ -5,14 +5,36 @@ from __future__ import annotations
 
 import json
 import struct
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from recemb.core.errors import CheckpointError, ConfigError, DamagedCheckpointError
 
 __all__ = ["HF_WEIGHT_FILES", "MODEL_FOLDER_MARKERS", "check_model_destination", "check_tensor_names",
-           "checkpoint_dtype", "default_dtype", "read_json", "read_weight_file", "read_weights", "write_checkpoint"]
+           "checkpoint_dtype", "default_dtype", "meta_skeleton", "read_json", "read_weight_file", "read_weights",
+           "write_checkpoint"]
+
+
+class _SkipInitialisers(TorchFunctionMode):
+    """``torch.nn.init``'s functions return their tensor untouched."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def meta_skeleton():
+    """Modules built inside have their parameters on the meta device and no initial values: a loader replaces them
+    with a checkpoint's (``load_state_dict(..., assign=True)``). Initialising a meta tensor at random runs through
+    torch's Python decompositions, which import ``torch._dynamo`` (tens of MB of a process that never compiles)."""
+    with torch.device("meta"), _SkipInitialisers():
+        yield
 
 
 def read_weight_file(path: Path) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ from recemb.core.architectures.checkpoint import check_state_dict, config_json_f
 from recemb.core.architectures.mamba2.config import Mamba2Config
 from recemb.core.architectures.mamba2.model import Mamba2Encoder
 from recemb.core.context_extension import ContextExtension
-from recemb.core.files import HF_WEIGHT_FILES, checkpoint_dtype, default_dtype, read_json, read_weights
+from recemb.core.files import HF_WEIGHT_FILES, checkpoint_dtype, default_dtype, meta_skeleton, read_json, read_weights
 
 __all__ = ["FORMATS", "FORMATS_HELP", "WEIGHT_FILES", "detect", "load", "read_config", "read_state_dict",
            "to_encoder_keys"]
@@ -100,7 +100,7 @@ def load(folder: str | os.PathLike, fmt: str, device: str | torch.device, dtype:
     config = read_config(folder, fmt)
     state = to_encoder_keys(read_state_dict(folder, fmt), config)
     dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
-    with torch.device("meta"):
+    with meta_skeleton():
         model = Mamba2Encoder(config)
     check_state_dict(model, state, folder, lambda key: _shape_hint(model.config, key),
                      unexpected_note="(hybrid or MLP checkpoints are not supported)")

@@ -19,6 +19,7 @@ from recemb.core.files import (
     HF_WEIGHT_FILES,
     checkpoint_dtype,
     default_dtype,
+    meta_skeleton,
     read_json,
     read_weight_file,
     read_weights,
@@ -148,7 +149,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
     config = read_config(folder, fmt, raw if fmt == "rwkv_pth" else None)
     state = to_encoder_keys(raw, fmt)
     dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
-    with torch.device("meta"):
+    with meta_skeleton():
         model = RWKV7Encoder(config)
     source = _pth_file(folder) if fmt == "rwkv_pth" else folder
     state = check_state_dict(model, state, source, lambda key: _shape_hint(model.config, key), reshape_vectors=True)

@@ -18,6 +18,7 @@ from recemb.core.files import (
     HF_WEIGHT_FILES,
     checkpoint_dtype,
     default_dtype,
+    meta_skeleton,
     read_json,
     read_weight_file,
     read_weights,
@@ -107,7 +108,7 @@ def load(folder: Path, fmt: str, device: torch.device, dtype: torch.dtype | None
     config = read_config(folder, fmt)
     state = to_encoder_keys(read_state_dict(folder, fmt), config)
     dtype = dtype or default_dtype(device) or checkpoint_dtype(config, state)
-    with torch.device("meta"):
+    with meta_skeleton():
         model = XLSTMEncoder(config)
     check_state_dict(model, state, folder, lambda key: _shape_hint(model.config, key),
                      unexpected_note="(only mLSTM blocks with weight_mode 'single' are supported)")
