@@ -182,7 +182,7 @@ class Embedder:
             return peak_activation_bytes(self.config, self.dtype, r, v, self.chunk_size, backend)
 
         return plan_chunks(self.max_memory, peak, rows, longest,
-                           preferred=default_vertical_chunk_size(rows, self.config.chunk_size),
+                           preferred=default_vertical_chunk_size(rows, self.config.chunk_size, self.device),
                            vertical_chunk_size=None if V in (None, AUTO) else V,
                            fixed=input_bytes(rows, longest or 0, total_tokens))
 

@@ -18,8 +18,8 @@ from recemb.core.encoder import ChunkRun, RecurrentEncoder
 from recemb.core.threads import check_threads, intra_op_threads
 from recemb.kernels.workspace import Workspace
 
-__all__ = ["VerticalStream", "default_vertical_chunk_size", "encode_vertical", "flush_denormals",
-    "flushing_denormals", "pad_right", "pool_last_token"]
+__all__ = ["CPU_SINGLE_SEQUENCE_V", "VerticalStream", "default_vertical_chunk_size", "encode_vertical",
+           "flush_denormals", "flushing_denormals", "pad_right", "pool_last_token"]
 
 
 def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,9 +31,16 @@ def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
     return ids, lengths
 
 
-def default_vertical_chunk_size(batch_size: int, chunk_size: int) -> int:
-    """The paper's guidance: 4096 tokens for a single sequence, 2·chunk_size for batches."""
-    return 4096 if batch_size <= 1 else 2 * chunk_size
+# One sequence on the CPU: as fast as 4096, a third of its activations (docs/benchmarks.md, the V sweep).
+CPU_SINGLE_SEQUENCE_V = 1024
+
+
+def default_vertical_chunk_size(batch_size: int, chunk_size: int, device: torch.device | str | None = None) -> int:
+    """The paper's guidance, 4096 tokens for a single sequence and 2·chunk_size for batches; a single sequence on
+    the CPU takes ``CPU_SINGLE_SEQUENCE_V``, which measured as fast there (the V sweep)."""
+    if batch_size > 1:
+        return 2 * chunk_size
+    return CPU_SINGLE_SEQUENCE_V if device is not None and torch.device(device).type == "cpu" else 4096
 
 
 def flushing_denormals() -> bool:
@@ -96,7 +103,7 @@ def encode_vertical(
         raise ValueError(f"lengths must lie in [1, {T}]")
     V = vertical_chunk_size
     if V is None:
-        V = default_vertical_chunk_size(b, model.config.chunk_size)
+        V = default_vertical_chunk_size(b, model.config.chunk_size, input_ids.device)
     if V < 1:
         raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
     threads = check_threads(threads)
@@ -195,7 +202,7 @@ class VerticalStream:
                  total_length: int | None = None, chunk_size: int | None = None,
                  context_extension: str = "auto", threads: int | str | None = None):
         V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
-            1, model.config.chunk_size)
+            1, model.config.chunk_size, next(model.parameters()).device)
         if V < 1:
             raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
         if total_length is None and resolve_mode(model.context_extension, context_extension) != "off":

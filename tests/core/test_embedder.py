@@ -45,6 +45,19 @@ def test_vertical_chunk_size_per_call_and_default(tiny_embedder):
         tiny_embedder.encode(TEXTS, vertical_chunk_size=0)
 
 
+def test_a_single_sequence_on_the_cpu_defaults_to_the_cpu_v_and_gets_the_same_vector(tiny_embedder):
+    from recemb.core.vertical import CPU_SINGLE_SEQUENCE_V, VerticalStream, default_vertical_chunk_size
+
+    assert default_vertical_chunk_size(1, 256, "cpu") == CPU_SINGLE_SEQUENCE_V == 1024
+    assert default_vertical_chunk_size(1, 256, "cuda") == default_vertical_chunk_size(1, 256) == 4096
+    assert default_vertical_chunk_size(8, 256, "cpu") == 512
+    assert VerticalStream(tiny_embedder.model).V == CPU_SINGLE_SEQUENCE_V
+    text = " ".join(["recurrent state"] * 700)
+    base = torch.from_numpy(tiny_embedder.encode([text]))
+    paper = torch.from_numpy(tiny_embedder.encode([text], vertical_chunk_size=4096))
+    assert_close("V=1024 against V=4096", paper, base, 1e-5)  # over 1,400 tokens: more than one chunk of 1024
+
+
 def test_scan_chunk_size_changes_only_rounding(tiny_embedder):
     base = torch.from_numpy(tiny_embedder.encode(TEXTS))
     other = Embedder(tiny_embedder.model, tiny_embedder.tokenizer, chunk_size=3)
