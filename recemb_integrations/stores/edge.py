@@ -75,7 +75,7 @@ from recemb_integrations.stores import (
     StoreError,
     StoreFullError,
 )
-from recemb_integrations.stores.footprint import Footprint, disk_by_part, process_memory, resident_by_part
+from recemb_integrations.stores.footprint import Footprint, disk_by_part, resident_by_part
 
 __all__ = ["COLLECTION_FILE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN",
            "GROUP_FUSE_ALL_BELOW", "HNSW_EF", "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS",
@@ -652,18 +652,11 @@ class EdgeStore(Store):
             self._unsealed[collection] = 0
 
     def footprint(self, collection: str) -> Footprint:
-        """What ``collection`` takes: bytes on disk by part, the file pages of it resident in this process, and the
-        anonymous memory it took when this call opened it (None when it was open already)."""
-        with self._mutex:
-            before = process_memory() if collection not in self._shards else None
-            points = self.count(collection)  # opens the shard
-            after = process_memory() if before is not None else None
-            shard = self._folder(collection) / "shard"
-            info = self.collection_info(collection)
-            return Footprint(collection=collection, kind=self.kind, layout=info.layout, points=points,
-                             dense_datatype=info.dense_datatype, disk=disk_by_part(shard),
-                             resident=resident_by_part(shard) or {},
-                             opened_anonymous=max(0, after.anonymous - before.anonymous) if after else None)
+        """What ``collection`` takes: its points and layout, bytes on disk by part and the file pages of it resident
+        in this process (the collection is opened first)."""
+        found = super().footprint(collection)  # counting opens the shard
+        shard = self._folder(collection) / "shard"
+        return replace(found, disk=disk_by_part(shard), resident=resident_by_part(shard) or {})
 
     def _filter(self, f):
         return None if f is None else _translate_filter(self._edge, f)

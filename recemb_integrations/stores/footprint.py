@@ -52,9 +52,8 @@ class ProcessMemory:
 @dataclass(frozen=True)
 class Footprint:
     """What one collection takes. ``disk`` and ``resident`` are bytes by part (``store_part``); ``resident`` is the
-    file-backed pages of the collection's files resident in this process now. ``opened_anonymous`` is the anonymous
-    memory the collection took when this process opened it (None where it was not measured: already open, a
-    server, or not Linux). Empty dicts where the store does not say (a server)."""
+    file-backed pages of the collection's files resident in this process now. Empty dicts where the store does not
+    say (a server)."""
 
     collection: str
     kind: str
@@ -63,7 +62,6 @@ class Footprint:
     dense_datatype: str = "float32"
     disk: dict[str, int] = field(default_factory=dict)
     resident: dict[str, int] = field(default_factory=dict)
-    opened_anonymous: int | None = None
 
     @property
     def disk_total(self) -> int:
@@ -72,7 +70,7 @@ class Footprint:
     def as_dict(self) -> dict:
         return {"collection": self.collection, "kind": self.kind, "layout": self.layout, "points": self.points,
                 "dense_datatype": self.dense_datatype, "disk_bytes": dict(self.disk),
-                "resident_bytes": dict(self.resident), "opened_anonymous_bytes": self.opened_anonymous}
+                "resident_bytes": dict(self.resident)}
 
 
 def process_memory() -> ProcessMemory | None:
