@@ -25,13 +25,17 @@ def cmd_collection_info(args: argparse.Namespace) -> int:
     from recemb_integrations.qdrant.record import check_collection_name
 
     check_collection_name(args.collection)
-    for engine in ("qdrant_client", "qdrant_edge"):  # loaded before the baseline: their code is not the collection's
+    before = None
+
+    def load_engine(kind: str) -> None:  # loaded before the baseline: the engine's code is not the collection's
+        nonlocal before
         try:
-            importlib.import_module(engine)
+            importlib.import_module("qdrant_edge" if kind == "edge" else "qdrant_client")
         except ImportError:
             pass
-    before = process_memory()
-    store, where = resources.open_qdrant(args, create=False)
+        before = process_memory()
+
+    store, where = resources.open_qdrant(args, create=False, before_open=load_engine)
     with closing(store):
         if not store.collection_exists(args.collection):
             raise CommandError(f"collection {args.collection!r} does not exist in {where}")

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from recemb_integrations.cli.output import CommandError
@@ -66,11 +67,13 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
     return embedder
 
 
-def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True):
+def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True,
+                before_open: Callable[[str], None] | None = None):
     """(store, where): a server for --qdrant-url / QDRANT_URL, else the embedded store at --qdrant-path (Qdrant Edge
     for a new folder; a folder that holds a qdrant-client local-mode store stays one; --store chooses).
 
-    ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error."""
+    ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error. ``before_open`` is
+    called with the store's kind ("server", "local" or "edge") just before it is opened."""
     from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError, detect_store_kind, open_store
 
     if args.qdrant_url and args.qdrant_path:
@@ -86,6 +89,8 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
         # The client checks the server's version in a thread and warns in several lines when it cannot reach it;
         # the first call of the command reports an unreachable server in one line instead.
         warnings.filterwarnings("ignore", message="Failed to obtain server version")
+        if before_open:
+            before_open("server")
         return open_store(url=url, api_key=os.environ.get("QDRANT_API_KEY")), url
     given = args.qdrant_path if args.qdrant_path is not None else os.environ.get("RECEMB_QDRANT_PATH")
     if given is not None and not given.strip():
@@ -108,6 +113,8 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CommandError(f"cannot create the store folder {path}: {e.strerror or e}") from e
+    if before_open:
+        before_open(kind if kind != "auto" else found or "edge")
     try:
         return open_store(path=path, kind=kind), str(path)
     except (StoreDamagedError, StoreFullError):

@@ -3,6 +3,7 @@ Writes go through ``StoreCalls.apply`` (``writes.apply``: every change as data);
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -17,12 +18,13 @@ __all__ = ["StoreCalls", "is_transient"]
 
 def is_transient(error: BaseException) -> bool:
     """Server errors worth retrying: connection problems, 429, 5xx. Local-mode errors never are."""
-    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+    if "qdrant_client" in sys.modules:  # only a server's store raises its errors (and an embedded one never loads it)
+        from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-    if isinstance(error, ResponseHandlingException):
-        return True
-    if isinstance(error, UnexpectedResponse):
-        return error.status_code is not None and (error.status_code == 429 or error.status_code >= 500)
+        if isinstance(error, ResponseHandlingException):
+            return True
+        if isinstance(error, UnexpectedResponse):
+            return error.status_code is not None and (error.status_code == 429 or error.status_code >= 500)
     return type(error).__name__ in ("RpcError", "_InactiveRpcError") or isinstance(error, (ConnectionError,
                                                                                             TimeoutError))
 

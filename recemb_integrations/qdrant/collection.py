@@ -8,7 +8,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recemb_integrations._imports import require
 from recemb_integrations.qdrant.calls import StoreCalls
 from recemb_integrations.qdrant.lengths import choose_bm25_settings
 from recemb_integrations.qdrant.plan import StoredDocuments
@@ -21,7 +20,7 @@ from recemb_integrations.qdrant.record import (
     decide_settings,
 )
 from recemb_integrations.qdrant.writes import CreateCollection, CreateIndex, UpdateRecord, Write
-from recemb_integrations.stores import KEYWORD, Store, as_store
+from recemb_integrations.stores import KEYWORD, Store, as_store, filters
 
 __all__ = ["Prepared", "collection_settings", "existing_collection_writes", "index_writes", "new_collection_writes",
            "prepare_collection", "read_record", "scan_documents"]
@@ -40,11 +39,10 @@ def read_record(store: Store | Any, collection: str, calls: StoreCalls | None = 
     info = call(store.collection_info, collection)
     record = CollectionRecord.parse(info.metadata, collection, info.dense_size)
     if "store_text" not in record.data:  # an earlier recemb did not record it: its points say
-        models = require("qdrant_client.models", "qdrant")
-        documents = models.Filter(must=[match("kind", KIND_DOCUMENT)])
+        documents = filters.Filter(must=(match("kind", KIND_DOCUMENT),))
         if call(store.count, collection, documents):
-            with_text = models.Filter(must=[match("kind", KIND_DOCUMENT)],
-                                      must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key="text"))])
+            with_text = filters.Filter(must=(match("kind", KIND_DOCUMENT),), must_not=(
+                filters.IsEmptyCondition(is_empty=filters.PayloadField(key="text")),))
             record = replace(record.updated(store_text=call(store.count, collection, with_text) > 0), persisted=False)
     return record
 

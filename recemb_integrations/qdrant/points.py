@@ -13,9 +13,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
-from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR
+from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, filters
 
 __all__ = ["ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows", "ROOT_KEY", "Span",
            "content_hash", "describe_root", "document_payload", "foreign_id_message", "match", "model_fingerprint",
@@ -55,10 +54,8 @@ def model_fingerprint(embedder: Any) -> str:
 
 
 def match(key: str, value: Any):
-    """The condition ``key == value`` on a payload field (qdrant-client is imported here, when a condition is made:
-    this module's data needs none of it)."""
-    models = require("qdrant_client.models", "qdrant")
-    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+    """The condition ``key == value`` on a payload field."""
+    return filters.FieldCondition(key=key, match=filters.MatchValue(value=value))
 
 
 def point_vectors(layout: int, dense, sparse: SparseVector | None):

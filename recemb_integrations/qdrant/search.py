@@ -9,16 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recemb_integrations._imports import require
 from recemb_integrations.qdrant.calls import StoreCalls
 from recemb_integrations.qdrant.documents import SearchHit
 from recemb_integrations.qdrant.errors import SearchNotice
 from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE, match, point_id
 from recemb_integrations.qdrant.record import CollectionRecord, bm25_encoders
 from recemb_integrations.sparse import Bm25
-from recemb_integrations.stores import DENSE_VECTOR, SearchRequest
-
-models = require("qdrant_client.models", "qdrant")
+from recemb_integrations.stores import DENSE_VECTOR, SearchRequest, filters
 
 __all__ = ["DEFAULT_FUSION", "FUSIONS", "GRANULARITIES", "MAX_SEARCH_LIMIT", "PREFETCH_MIN", "PREFETCH_PER_HIT",
            "RRF_K", "SEARCH_MODES", "Searchable", "check_search", "metadata_condition", "search"]
@@ -74,7 +71,7 @@ def metadata_condition(key: str, value: Any):
     if isinstance(value, (str, bool)) or int64(value):
         return match(f"metadata.{key}", value)
     if isinstance(value, list) and value and (all(isinstance(v, str) for v in value) or all(map(int64, value))):
-        return models.FieldCondition(key=f"metadata.{key}", match=models.MatchAny(any=value))
+        return filters.FieldCondition(key=f"metadata.{key}", match=filters.MatchAny(any=tuple(value)))
     raise ValueError(f"filter {key}={json.dumps(value)}: a value must be a string, a 64-bit integer, true/false, "
                      "or a non-empty list of strings or of integers (any of them matches)")
 
@@ -130,8 +127,9 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
         conditions.append(filter)
 
     def request(candidates: int, excluded: set[str]) -> SearchRequest:
-        must_not = [models.HasIdCondition(has_id=sorted(excluded))] if excluded else None
-        point_filter = models.Filter(must=conditions or None, must_not=must_not) if conditions or excluded else None
+        must_not = (filters.HasIdCondition(has_id=tuple(sorted(excluded))),) if excluded else None
+        point_filter = (filters.Filter(must=tuple(conditions) or None, must_not=must_not)
+                        if conditions or excluded else None)
         return SearchRequest(limit=limit, dense=dense_query if mode != "sparse" else None,
                              sparse=sparse_query if mode != "dense" else None, filter=point_filter,
                              fusion=fusion if mode == "hybrid" else None, candidates=candidates, rrf_k=RRF_K,
@@ -185,8 +183,8 @@ def _search_mode(target: Searchable, mode: str | None) -> str:
 def _granularity_condition(granularity: str):
     if granularity == KIND_DOCUMENT:
         return match("kind", KIND_DOCUMENT)
-    return models.Filter(should=[match("kind", KIND_PASSAGE),
-                                 models.Filter(must=[match("kind", KIND_DOCUMENT), match("passages", 0)])])
+    return filters.Filter(should=(match("kind", KIND_PASSAGE),
+                                  filters.Filter(must=(match("kind", KIND_DOCUMENT), match("passages", 0)))))
 
 
 def _document_points(calls: StoreCalls, collection: str, document_ids: set[str]) -> dict[str, dict[str, Any]]:

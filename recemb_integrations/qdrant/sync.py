@@ -46,7 +46,7 @@ from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
 from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize
 from recemb_integrations.sparse import Bm25
-from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store
+from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store, filters
 
 __all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE"]
 
@@ -475,8 +475,6 @@ class QdrantSync:
     def document_ids(self, filter: dict[str, Any] | None = None) -> list[str]:
         """The ids of the collection's documents (sorted), or of those whose metadata matches ``filter`` (a dict
         of key -> value as ``search`` takes it); [] where the collection does not exist."""
-        from qdrant_client import models
-
         if filter is not None and not isinstance(filter, Mapping):
             raise TypeError(f"filter is a dict of metadata key -> value, got {type(filter).__name__}")
         conditions = [match("kind", KIND_DOCUMENT)] + [metadata_condition(k, v) for k, v in (filter or {}).items()]
@@ -485,13 +483,11 @@ class QdrantSync:
         found, offset = [], None
         while True:
             points, offset = self.calls(self.store.scroll, self.collection, limit=SCAN_PAGE, offset=offset,
-                                        filter=models.Filter(must=conditions), with_payload=["document_id"])
+                                        filter=filters.Filter(must=tuple(conditions)), with_payload=["document_id"])
             found += [p.payload["document_id"] for p in points if (p.payload or {}).get("document_id")]
             if offset is None:
                 return sorted(found)
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""
-        from qdrant_client import models
-
-        return self.calls(self.store.count, self.collection, models.Filter(must=[match("kind", KIND_DOCUMENT)]))
+        return self.calls(self.store.count, self.collection, filters.Filter(must=(match("kind", KIND_DOCUMENT),)))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recemb_integrations.qdrant.points import KIND_PASSAGE, ROOT_KEY, match, point_id
-from recemb_integrations.stores import Store, StoredPoint
+from recemb_integrations.stores import Store, StoredPoint, filters
 
 __all__ = ["CreateCollection", "CreateIndex", "DeleteDocuments", "DeletePoints", "DeleteStalePassages",
            "DropCollection", "Optimize", "SetMetadata", "StampRoot", "UpdateRecord", "Upsert", "Write", "apply"]
@@ -114,34 +114,32 @@ Write = (Upsert | DeleteStalePassages | DeleteDocuments | DeletePoints | SetMeta
 
 def apply(store: Store, collection: str, write: Write) -> None:
     """Make ``write`` in ``collection`` of ``store``: the one place where a write becomes a store call."""
-    from qdrant_client import models
-
     if isinstance(write, Upsert):
         store.upsert(collection, list(write.points))
     elif isinstance(write, DeleteStalePassages):
-        store.delete(collection, models.Filter(should=[
-            models.Filter(must=[match("document_id", doc_id), match("kind", KIND_PASSAGE),
-                                models.FieldCondition(key="passage", range=models.Range(gte=first))])
-            for doc_id, first in write.documents]))
+        store.delete(collection, filters.Filter(should=tuple(
+            filters.Filter(must=(match("document_id", doc_id), match("kind", KIND_PASSAGE),
+                                 filters.FieldCondition(key="passage", range=filters.Range(gte=first))))
+            for doc_id, first in write.documents)))
     elif isinstance(write, DeleteDocuments):
-        named = models.FieldCondition(key="document_id", match=models.MatchAny(any=list(write.document_ids)))
+        named = filters.FieldCondition(key="document_id", match=filters.MatchAny(any=tuple(write.document_ids)))
         if write.root is None:
-            store.delete(collection, models.Filter(must=[named]))
+            store.delete(collection, filters.Filter(must=(named,)))
             return
         # Only this root's points (or unstamped ones it owns): another root's never match, whatever their id.
-        this_root = models.Filter(should=[match(ROOT_KEY, write.root), models.IsEmptyCondition(
-            is_empty=models.PayloadField(key=ROOT_KEY))])
-        store.delete(collection, models.Filter(must=[named, this_root]))
+        this_root = filters.Filter(should=(match(ROOT_KEY, write.root), filters.IsEmptyCondition(
+            is_empty=filters.PayloadField(key=ROOT_KEY))))
+        store.delete(collection, filters.Filter(must=(named, this_root)))
     elif isinstance(write, DeletePoints):
-        store.delete(collection, models.Filter(must=[models.HasIdCondition(has_id=list(write.ids))]))
+        store.delete(collection, filters.Filter(must=(filters.HasIdCondition(has_id=tuple(write.ids)),)))
     elif isinstance(write, SetMetadata):
         payload = {"metadata": dict(write.metadata)}
         store.set_payload(collection, payload, ids=[point_id(write.document_id)])
-        store.set_payload(collection, payload, filter=models.Filter(must=[match("document_id", write.document_id),
-                                                                          match("kind", KIND_PASSAGE)]))
+        store.set_payload(collection, payload, filter=filters.Filter(must=(match("document_id", write.document_id),
+                                                                           match("kind", KIND_PASSAGE))))
     elif isinstance(write, StampRoot):
-        store.set_payload(collection, {ROOT_KEY: write.root}, filter=models.Filter(must=[
-            models.FieldCondition(key="document_id", match=models.MatchAny(any=list(write.document_ids)))]))
+        store.set_payload(collection, {ROOT_KEY: write.root}, filter=filters.Filter(must=(
+            filters.FieldCondition(key="document_id", match=filters.MatchAny(any=tuple(write.document_ids))),)))
     elif isinstance(write, CreateCollection):
         store.create_collection(collection, write.dense_size, write.sparse, dict(write.metadata))
     elif isinstance(write, CreateIndex):

@@ -6,10 +6,11 @@
   on disk): the embedded store for collections of millions of points.
 
 The interface speaks in recemb's terms (``StoredPoint``, ``SearchRequest``, named vectors "dense" and "bm25") and
-takes filters as ``qdrant_client.models.Filter``: the filter language users already write, which each store
-translates to its own where needed. It is deliberately small: what ``QdrantSync`` needs to sync crash-safely, rebuild,
-search and migrate, and nothing else. A new store implements ``Store`` and passes ``tests/integrations/test_stores.py``
-(every sync and search test of ``test_qdrant.py`` then runs on it too).
+takes filters in Qdrant's filter language: recemb's own as plain values (``stores/filters.py``, so that the embedded
+store's sync and search never import qdrant-client), a user's as ``qdrant_client.models.Filter``, or the two nested;
+each store translates them to its own. It is deliberately small: what ``QdrantSync`` needs to sync crash-safely,
+rebuild, search and migrate, and nothing else. A new store implements ``Store`` and passes
+``tests/integrations/test_stores.py`` (every sync and search test of ``test_qdrant.py`` then runs on it too).
 
 Errors: ``StoreError`` when a store cannot be opened or used as asked (in use, not a store, read-only), and two
 kinds of it that a command reports in one line with exit code 1: ``StoreFullError`` (the disk is too full for a
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
 
 DENSE_VECTOR, SPARSE_VECTOR = "dense", "bm25"  # the vector names of every recemb collection (layout 2)
@@ -91,7 +93,7 @@ class SearchRequest:
     limit: int
     dense: list[float] | None = None
     sparse: SparseVector | None = None
-    filter: Any = None  # qdrant_client.models.Filter
+    filter: Any = None  # a stores.filters.Filter, or a qdrant_client.models.Filter
     fusion: str | None = None
     candidates: int = 100
     rrf_k: int = 61
@@ -238,10 +240,9 @@ def open_store(url: str | None = None, path: str | os.PathLike | None = None, ki
     if (url is None) == (path is None):
         raise ValueError("give a url (a Qdrant server) or a path (an embedded store), not both or neither")
     if url is not None:
-        from qdrant_client import QdrantClient
-
         from recemb_integrations.stores.client import ClientStore
 
+        QdrantClient = require("qdrant_client", "qdrant").QdrantClient
         return ClientStore(QdrantClient(url=url, api_key=api_key, timeout=timeout), location=url)
     if kind not in ("auto", "edge", "local"):
         raise ValueError(f"kind must be 'auto', 'edge' or 'local', got {kind!r}")

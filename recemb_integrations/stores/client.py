@@ -19,6 +19,7 @@ import pickle
 import sqlite3
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from recemb_integrations.stores import (
     StoreError,
     StoreFullError,
 )
+from recemb_integrations.stores.filters import to_client
 
 __all__ = ["ClientStore", "LOCAL_MODE_LARGE", "open_local"]
 
@@ -202,26 +204,26 @@ class ClientStore(Store):
 
     @_local_errors
     def delete(self, collection: str, filter: Any) -> None:
-        self.client.delete(collection, points_selector=models.FilterSelector(filter=filter), wait=True)
+        self.client.delete(collection, points_selector=models.FilterSelector(filter=to_client(filter)), wait=True)
 
     @_local_errors
     def set_payload(self, collection: str, payload: dict[str, Any], ids: Sequence[str] | None = None,
                     filter: Any = None) -> None:
-        self.client.set_payload(collection, payload=payload, points=list(ids) if ids is not None else filter,
+        self.client.set_payload(collection, payload=payload, points=list(ids) if ids is not None else to_client(filter),
                                 wait=True)
 
     @_local_errors
     def scroll(self, collection: str, limit: int, offset: Any = None, filter: Any = None,
                with_payload: bool | Sequence[str] = True, with_vectors: bool = False
                ) -> tuple[list[StoredPoint], Any]:
-        points, next_offset = self.client.scroll(collection, scroll_filter=filter, limit=limit, offset=offset,
-                                                 with_payload=_payload_selector(with_payload),
+        points, next_offset = self.client.scroll(collection, scroll_filter=to_client(filter), limit=limit,
+                                                 offset=offset, with_payload=_payload_selector(with_payload),
                                                  with_vectors=with_vectors)
         return [_from_client(p) for p in points], next_offset
 
     @_local_errors
     def count(self, collection: str, filter: Any = None) -> int:
-        return self.client.count(collection, count_filter=filter, exact=True).count
+        return self.client.count(collection, count_filter=to_client(filter), exact=True).count
 
     @_local_errors
     def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[StoredPoint]:
@@ -248,6 +250,7 @@ class ClientStore(Store):
 
 
 def _query_arguments(request: SearchRequest) -> dict[str, Any]:
+    request = replace(request, filter=to_client(request.filter))
     if request.sparse is None:
         return {"query": request.dense, "using": request.dense_name, "query_filter": request.filter}
     if request.dense is None:

@@ -34,7 +34,8 @@ every store (../shared/reference/qdrant-hybrid-and-edge.md):
   when it opens or reads a shard, a point count that differs from the one recorded when the collection was last
   closed, points without the dense vector every point carries, and a dense vector that is not unit length (Edge
   normalises every vector it stores for cosine);
-- its own types: filters arrive as ``qdrant_client.models.Filter`` and are translated.
+- its own types: filters arrive as ``stores.filters`` values or ``qdrant_client.models`` and are translated (the
+  main job's own never import qdrant-client).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from recemb_integrations.stores import (
     StoreError,
     StoreFullError,
 )
+from recemb_integrations.stores.filters import family
 from recemb_integrations.stores.footprint import Footprint, disk_by_part, resident_by_part
 
 __all__ = ["COLLECTION_FILE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN",
@@ -845,72 +847,89 @@ def _from_edge(record) -> StoredPoint:
                        score=getattr(record, "score", None))
 
 
-def _filter_keys(f) -> set[str]:
-    """The payload keys a ``models.Filter`` tests (an id condition tests none)."""
-    from qdrant_client import models
+def _kind(node) -> str:
+    """The class name of a filter node of either family (``stores.filters`` or ``qdrant_client.models``): both carry
+    the same field names, so one translation reads both without importing qdrant-client."""
+    try:
+        family(node)
+    except TypeError:
+        raise ValueError(f"the Qdrant Edge store cannot translate the filter condition {type(node).__name__}") from None
+    return type(node).__name__
 
+
+def _listed(conditions) -> list:
+    if conditions is None:
+        return []
+    return list(conditions) if isinstance(conditions, (list, tuple)) else [conditions]
+
+
+def _filter_keys(f) -> set[str]:
+    """The payload keys a filter tests (an id condition tests none)."""
     if f is None:
         return set()
-    if isinstance(f, models.Filter):
-        parts = [*(f.must or []), *(f.should or []), *(f.must_not or []),
-                 *(f.min_should.conditions if f.min_should else [])]
-        return set().union(*(_filter_keys(c) for c in (parts if isinstance(parts, list) else [parts])))
-    if isinstance(f, list):
+    if isinstance(f, (list, tuple)):
         return set().union(*(_filter_keys(c) for c in f))
-    if isinstance(f, models.FieldCondition):
+    kind = _kind(f)
+    if kind == "Filter":
+        min_should = getattr(f, "min_should", None)
+        parts = [*_listed(f.must), *_listed(f.should), *_listed(f.must_not),
+                 *(_listed(min_should.conditions) if min_should else [])]
+        return _filter_keys(parts)
+    if kind == "FieldCondition":
         return {f.key}
-    if isinstance(f, models.IsEmptyCondition):
+    if kind == "IsEmptyCondition":
         return {f.is_empty.key}
-    if isinstance(f, models.IsNullCondition):
+    if kind == "IsNullCondition":
         return {f.is_null.key}
-    if isinstance(f, models.NestedCondition):
+    if kind == "NestedCondition":
         return {f.nested.key}
     return set()
 
 
 def _translate_filter(E, f):
-    """A ``qdrant_client.models.Filter`` (or condition) in Qdrant Edge's types."""
-    from qdrant_client import models
+    """A filter (``stores.filters`` or ``qdrant_client.models``, or the two nested) in Qdrant Edge's types."""
 
     def many(conditions):
-        if conditions is None:
-            return None
-        return [one(c) for c in (conditions if isinstance(conditions, list) else [conditions])]
+        return None if conditions is None else [one(c) for c in _listed(conditions)]
 
     def match(m):
-        if isinstance(m, models.MatchValue):
+        kind = _kind(m)
+        if kind == "MatchValue":
             return E.MatchValue(_encode(m.value))
-        if isinstance(m, models.MatchAny):
+        if kind == "MatchAny":
             return E.MatchAny([_encode(v) for v in m.any])
-        if isinstance(m, models.MatchExcept):
+        if kind == "MatchExcept":
             return E.MatchExcept([_encode(v) for v in m.except_])
-        if isinstance(m, models.MatchText):
+        if kind == "MatchText":
             return E.MatchText(m.text)
-        raise ValueError(f"the Qdrant Edge store cannot translate the match {type(m).__name__}")
+        raise ValueError(f"the Qdrant Edge store cannot translate the match {kind}")
 
     def one(c):
-        if isinstance(c, models.Filter):
+        kind = _kind(c)
+        if kind == "Filter":
+            min_should = getattr(c, "min_should", None)
             return E.Filter(must=many(c.must), should=many(c.should), must_not=many(c.must_not),
-                            min_should=(E.MinShould(conditions=many(c.min_should.conditions),
-                                                    min_count=c.min_should.min_count) if c.min_should else None))
-        if isinstance(c, models.FieldCondition):
-            if c.range is not None and not isinstance(c.range, models.Range):
+                            min_should=(E.MinShould(conditions=many(min_should.conditions),
+                                                    min_count=min_should.min_count) if min_should else None))
+        if kind == "FieldCondition":
+            if c.range is not None and _kind(c.range) != "Range":
                 raise ValueError("the Qdrant Edge store translates numeric ranges only")
             rng = (E.RangeFloat(gte=c.range.gte, gt=c.range.gt, lte=c.range.lte, lt=c.range.lt)
                    if c.range is not None else None)
-            if c.geo_bounding_box or c.geo_radius or c.geo_polygon or c.values_count:
+            if any(getattr(c, name, None) for name in ("geo_bounding_box", "geo_radius", "geo_polygon",
+                                                        "values_count")):
                 raise ValueError("the Qdrant Edge store does not translate geo or values-count conditions")
             return E.FieldCondition(key=c.key, match=match(c.match) if c.match is not None else None, range=rng,
-                                    is_empty=c.is_empty, is_null=c.is_null)
-        if isinstance(c, models.IsEmptyCondition):
+                                    is_empty=getattr(c, "is_empty", None), is_null=getattr(c, "is_null", None))
+        if kind == "IsEmptyCondition":
             return E.IsEmptyCondition(c.is_empty.key)
-        if isinstance(c, models.IsNullCondition):
+        if kind == "IsNullCondition":
             return E.IsNullCondition(c.is_null.key)
-        if isinstance(c, models.HasIdCondition):
+        if kind == "HasIdCondition":
             return E.HasIdCondition({str(i) for i in c.has_id})
-        if isinstance(c, models.NestedCondition):
+        if kind == "NestedCondition":
             return E.NestedCondition(c.nested.key, one(c.nested.filter))
-        raise ValueError(f"the Qdrant Edge store cannot translate the filter condition {type(c).__name__}")
+        raise ValueError(f"the Qdrant Edge store cannot translate the filter condition {kind}")
 
     return one(f)
 

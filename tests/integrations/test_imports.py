@@ -25,7 +25,6 @@ def test_package_imports_no_framework():
     [
         ("langchain", ["langchain_core", "langchain_core.embeddings"], "langchain"),
         ("llama_index", ["llama_index", "llama_index.core", "llama_index.core.base.embeddings.base"], "llama-index"),
-        ("qdrant.sync", ["qdrant_client", "qdrant_client.models"], "qdrant"),  # the package itself loads lazily
         ("langchain_sparse", ["langchain_qdrant"], "langchain-qdrant"),
         ("sparse", ["mmh3"], "sparse"),
         ("sparse", ["py_rust_stemmers"], "sparse"),
@@ -37,6 +36,45 @@ def test_missing_framework_names_the_extra(module, blocked, extra):
     block = "".join(f"sys.modules[{name!r}] = None; " for name in blocked)
     out = run(f"import sys; {block}\ntry:\n import recemb_integrations.{module}\nexcept ImportError as e: print(e)")
     assert f'pip install "recemb[{extra}]"' in out
+
+
+def test_a_server_store_without_qdrant_client_names_the_extra():
+    out = run("import sys; sys.modules['qdrant_client'] = None\n"
+              "from recemb_integrations.stores import open_store\n"
+              "try:\n open_store(url='http://127.0.0.1:9')\nexcept ImportError as e: print(e)")
+    assert 'pip install "recemb[qdrant]"' in out
+
+
+def test_the_embedded_main_job_never_imports_qdrant_client(tmp_path):
+    """A sync, a search (every mode and granularity, a dict filter), a deletion and a re-sync on Qdrant Edge: none
+    of them loads qdrant-client (about 125 MiB of a process and a second of start-up, docs/benchmarks.md)."""
+    pytest.importorskip("qdrant_edge")
+    from tests.integrations.conftest import tiny_model_dir
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"d{i}.txt").write_text(f"document {i} about topic {i % 2} " * 150)
+    common = ["--model", tiny_model_dir(), "--qdrant-path", str(tmp_path / "store"), "--collection", "c",
+              "--store", "edge"]
+    sync = ["sync", str(docs), *common, "--passage-tokens", "64"]
+    searches = [["search", "topic 1", *common, "--mode", mode, "--granularity", granularity, "--filter", "k=v"]
+                for mode in ("hybrid", "dense", "sparse") for granularity in ("document", "passage", "any")]
+    code = f"""
+import os, sys
+from recemb_integrations.cli import main
+assert main({sync!r}) == 0
+for argv in {searches!r}:
+    assert main(argv) == 0, argv
+assert main(["search", "topic 1", *{common!r}]) == 0
+os.remove({str(docs / "d2.txt")!r})
+assert main({sync!r}) == 0
+assert main(["info", "--collection", "c", *{common[2:]!r}]) == 0
+print(sorted(m for m in ("qdrant_client", "pydantic") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_llama_index_needs_bm25_packages_only_for_bm25():

@@ -83,6 +83,67 @@ def test_filters_translate_for_every_condition_recemb_uses(store):
     assert store.count("c", qm.Filter(must=[qm.HasIdCondition(has_id=[point(0).id, point(4).id])])) == 2
 
 
+def _as_client(node):
+    """The same filter built by hand in qdrant-client's models (an independent reference for ``filters.to_client``)."""
+    kind = type(node).__name__
+    if kind == "Filter":
+        return qm.Filter(**{part: [_as_client(c) for c in getattr(node, part)]
+                            for part in ("must", "should", "must_not") if getattr(node, part) is not None})
+    if kind == "FieldCondition":
+        if node.range is not None:
+            return qm.FieldCondition(key=node.key, range=qm.Range(**{k: v for k, v in vars(node.range).items()
+                                                                     if v is not None}))
+        if type(node.match).__name__ == "MatchAny":
+            return qm.FieldCondition(key=node.key, match=qm.MatchAny(any=list(node.match.any)))
+        return qm.FieldCondition(key=node.key, match=qm.MatchValue(value=node.match.value))
+    if kind == "IsEmptyCondition":
+        return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=node.is_empty.key))
+    if kind == "HasIdCondition":
+        return qm.HasIdCondition(has_id=list(node.has_id))
+    return node  # already qdrant-client's
+
+
+def test_recembs_own_filter_values_select_what_qdrant_clients_models_select(store):
+    """The filters the main job builds are plain values (no qdrant-client import on Qdrant Edge): every condition it
+    uses, alone, nested and mixed with a user's qdrant-client filter, selects the same points on each store as the
+    same filter written in qdrant-client's models; ``to_client`` gives exactly those models."""
+    from recemb_integrations.stores import filters as F
+    from recemb_integrations.stores.filters import to_client
+
+    store.create_collection("c", DIM, True, {})
+    store.upsert("c", [point(i, passage=i, kind="passage" if i % 2 else "document", **({"root": "r"} if i % 3 else {}))
+                       for i in range(12)])
+
+    def value(key, v):
+        return F.FieldCondition(key=key, match=F.MatchValue(value=v))
+
+    cases = [
+        F.Filter(must=(value("kind", "passage"),)),
+        F.Filter(must=(F.FieldCondition(key="document_id", match=F.MatchAny(any=("d1", "d4"))),)),
+        F.Filter(should=tuple(F.Filter(must=(value("document_id", f"d{d}"), value("kind", "passage"),
+                                             F.FieldCondition(key="passage", range=F.Range(gte=2 * d + 1))))
+                              for d in (1, 2, 3))),
+        F.Filter(must=(value("kind", "document"),),
+                 must_not=(F.IsEmptyCondition(is_empty=F.PayloadField(key="root")),)),
+        F.Filter(must=(value("document_id", "d2"), F.Filter(should=(
+            value("root", "r"), F.IsEmptyCondition(is_empty=F.PayloadField(key="root")))))),
+        F.Filter(must=(F.Filter(should=(value("root", "x"),
+                                        F.IsEmptyCondition(is_empty=F.PayloadField(key="root")))),)),
+        F.Filter(must=(F.HasIdCondition(has_id=(point(0).id, point(5).id, point(7).id)),)),
+        F.Filter(must_not=(F.HasIdCondition(has_id=(point(1).id,)),), must=(value("kind", "passage"),)),
+        F.Filter(must=(value("kind", "passage"), qm.Filter(must=[qm.FieldCondition(key="i", range=qm.Range(lt=6))]))),
+    ]
+    for case in cases:
+        expected = _as_client(case)
+        assert to_client(case) == expected
+        ours = sorted(p.payload["i"] for p in store.scroll("c", 100, filter=case)[0])
+        theirs = sorted(p.payload["i"] for p in store.scroll("c", 100, filter=expected)[0])
+        assert ours == theirs and 0 < len(ours) < 12, case
+        assert store.count("c", case) == len(ours)
+    with pytest.raises((TypeError, ValueError), match="filter"):
+        store.count("c", {"must": []})  # a dict is not a filter, whatever its keys
+
+
 def test_scroll_pages_cover_every_point_once(store):
     store.create_collection("c", DIM, False, {})
     store.upsert("c", [StoredPoint(p.id, p.payload, {"dense": p.vector["dense"]}) for p in map(point, range(25))])
