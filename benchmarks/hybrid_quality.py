@@ -230,19 +230,22 @@ class Notices:
         return hits
 
 
-def sync_store(store, name: str, embedder, docs, batch_size: int, config: PassageConfig) -> dict:
-    """Sync ``docs`` (Documents) into a new collection with passage setting ``config``; returns its setup (passage
-    settings read back from the collection and their label, BM25 settings, documents, points, tokens, seconds)."""
+def sync_store(store, name: str, embedder, docs, batch_size: int, config: PassageConfig,
+               long_documents: str | None = None) -> dict:
+    """Sync ``docs`` (Documents) into a new collection with passage setting ``config`` (and ``long_documents``, None:
+    the library's default); returns its setup (passage settings read back from the collection and their label, BM25
+    settings, documents, points, tokens, seconds)."""
     from recemb_integrations.qdrant import QdrantSync, collection_settings
 
-    sync = QdrantSync(store, name, embedder, batch_size=batch_size, **config.kwargs())
+    sync = QdrantSync(store, name, embedder, batch_size=batch_size, long_documents=long_documents,
+                      **config.kwargs())
     t0 = time.time()
     report = sync.sync(docs, show_progress_bar=False)
     seconds = time.time() - t0
     if report.failed:
         raise RuntimeError(f"sync of {name} failed for {len(report.failed)} documents: {report.failed[:3]}")
     settings = collection_settings(store, name) or {}
-    passages = {k: settings.get(k) for k in ("passage_tokens", "passage_overlap", "passages_above")}
+    passages = {k: settings.get(k) for k in ("passage_tokens", "passage_overlap", "passages_above", "long_documents")}
     return {"collection": name, "passages_spec": config.spec, "label": passages_label(config, settings),
             **passages, "documents": sync.count(), "points": store.count(name), "sync_seconds": seconds,
             "embedded_tokens": report.embedded_tokens, "warnings": len(report.warnings),

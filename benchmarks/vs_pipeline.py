@@ -151,10 +151,19 @@ def current_rss_mib() -> float:
     return psutil.Process().memory_info().rss / 2 ** 20
 
 
+def side_way(side: str) -> str | None:
+    """The ``long_documents`` way of a recemb side ("recemb:one-pass"), None for "recemb" (the default)."""
+    return side.split(":", 1)[1] if ":" in side else None
+
+
+def is_recemb(side: str) -> bool:
+    return side.split(":", 1)[0] == "recemb"
+
+
 class RecembSide:
     name = "recemb"
 
-    def __init__(self, args):
+    def __init__(self, args, way: str | None = None):
         import inspect
 
         from recemb.core import DEFAULT_MODEL, Embedder
@@ -163,16 +172,18 @@ class RecembSide:
         self.embedder = Embedder.from_pretrained(DEFAULT_MODEL, device="cpu")
         self.embedder.encode_documents(["A first text, so that one-time set-up is not timed."])
         self.batch_size = inspect.signature(QdrantSync).parameters["batch_size"].default  # QdrantSync's default
+        self.way = way
         self.setup = {"model": DEFAULT_MODEL, "batch_size": self.batch_size, "passages": "QdrantSync defaults",
-                      "fusion": "QdrantSync.search default"}
+                      "long_documents": way or "QdrantSync default", "fusion": "QdrantSync.search default"}
 
     def ingest(self, store, name: str, corpus: dict) -> dict:
         from recemb_integrations.qdrant import Document
 
         documents = [Document(i, t, {}) for i, t in zip(corpus["ids"], corpus["texts"])]
-        synced = sync_store(store, name, self.embedder, documents, self.batch_size, PassageConfig("default"))
-        keep = ("label", "passage_tokens", "passage_overlap", "passages_above", "documents", "points",
-                "embedded_tokens", "sync_seconds", "warnings", "bm25")
+        synced = sync_store(store, name, self.embedder, documents, self.batch_size, PassageConfig("default"),
+                            self.way)
+        keep = ("label", "passage_tokens", "passage_overlap", "passages_above", "long_documents", "documents",
+                "points", "embedded_tokens", "sync_seconds", "warnings", "bm25")
         return {k: synced[k] for k in keep}
 
     def search(self, store, name: str, corpus: dict, limit: int) -> tuple[list[list[str]], int]:
@@ -183,6 +194,34 @@ class RecembSide:
         ranked = [[h.document_id for h in notices.search(sync, q, limit=limit, instruction=corpus["task"])]
                   for q, _ in corpus["queries"]]
         return ranked, notices.count
+
+    def extra_quality(self, store, name: str, corpus: dict, limit: int) -> dict:
+        """The same queries dense alone (the main job's dense search: documents by their best point), and by the
+        documents' own vectors alone (exact cosine over every document point: what the document's vector is worth,
+        whole or made from its passages)."""
+        from recemb_integrations.qdrant import QdrantSync
+        from recemb_integrations.stores import filters
+
+        sync = QdrantSync.open(store, name, self.embedder)
+        queries = [q for q, _ in corpus["queries"]]
+        dense = [[h.document_id for h in sync.search(q, limit=limit, instruction=corpus["task"], mode="dense")]
+                 for q in queries]
+        ids, vectors, offset = [], [], None
+        kind = filters.Filter(must=(filters.FieldCondition(key="kind", match=filters.MatchValue(value="document")),))
+        while True:
+            points, offset = store.scroll(name, limit=1024, offset=offset, filter=kind, with_payload=["document_id"],
+                                          with_vectors=True)
+            for p in points:
+                ids.append(p.payload["document_id"])
+                v = p.vector["dense"] if isinstance(p.vector, dict) else p.vector
+                vectors.append(np.asarray(v, dtype=np.float32))
+            if offset is None:
+                break
+        matrix = np.stack(vectors)
+        q = self.embedder.encode_queries(queries, instruction=corpus["task"])
+        scores = np.asarray(q, dtype=np.float32) @ matrix.T
+        own = [[ids[j] for j in np.argsort(-row)[:limit]] for row in scores]
+        return {"quality_dense": score(corpus, dense), "quality_document_vectors": score(corpus, own)}
 
 
 class PipelineSide:
@@ -283,12 +322,12 @@ def worker(args) -> int:
     from recemb_integrations.stores import open_store
 
     t0 = time.perf_counter()
-    side = (RecembSide if args.worker == "recemb" else PipelineSide)(args)
+    side = RecembSide(args, side_way(args.worker)) if is_recemb(args.worker) else PipelineSide(args)
     load_seconds = time.perf_counter() - t0
     rss_loaded = current_rss_mib()
     with tempfile.TemporaryDirectory(prefix=f"vs_pipeline-{args.worker}-") as folder, \
             open_store(path=folder, kind=args.store) as store:
-        name = f"{args.corpus}-{args.worker}"
+        name = f"{args.corpus}-{args.worker.replace(':', '-').replace('+', '-')}"
         t0 = time.perf_counter()
         corpus = load_corpus(args.corpus, data_dir(), args.limit_docs, args.long_words, args.long_docs,
                              args.max_queries)
@@ -300,20 +339,22 @@ def worker(args) -> int:
         t0 = time.perf_counter()
         ranked, dense_only = side.search(store, name, corpus, LONG_LIMIT if args.corpus == LONG else LIMIT)
         search_seconds = time.perf_counter() - t0
+        extra = (side.extra_quality(store, name, corpus, LONG_LIMIT if args.corpus == LONG else LIMIT)
+                 if hasattr(side, "extra_quality") else {})
     result = {"side": args.worker, "corpus": args.corpus, "setup": side.setup, "threads": torch.get_num_threads(),
               "load_seconds": load_seconds, "rss_after_load_mib": rss_loaded, "read_seconds": read_seconds,
               "ingest_seconds": ingest_seconds, "peak_rss_ingest_mib": peak_ingest, **detail,
               "queries": len(corpus["queries"]), "queries_searched_dense_only": dense_only,
               "search_seconds": search_seconds,
               "ms_per_query": 1000 * search_seconds / max(len(corpus["queries"]), 1),
-              "quality": score(corpus, ranked)}
+              "quality": score(corpus, ranked), **extra}
     Path(args.worker_out).write_text(json.dumps(result))
     return 0
 
 
 def run_worker(side: str, corpus: str, args, folder: Path) -> dict:
     """``side`` on ``corpus`` in a fresh process; its result plus the process's wall seconds and peak RSS."""
-    out = folder / f"{corpus}-{side}.json"
+    out = folder / f"{corpus}-{side.replace(':', '-').replace('+', '-')}.json"
     argv = [sys.executable, __file__, "--worker", side, "--corpus", corpus, "--worker-out", str(out),
             "--threads", str(args.threads), "--store", args.store, "--limit-docs", str(args.limit_docs),
             "--long-words", str(args.long_words), "--long-docs", str(args.long_docs),
@@ -365,31 +406,34 @@ def summary(corpora: dict, sides: list[str]) -> dict:
             ir = [c for c in names if c != LONG]
             if ir and label == "IR, all":
                 row[side]["ndcg@10 mean"] = float(np.mean([corpora[c][side]["quality"]["ndcg@10"] for c in ir]))
-        if set(SIDES) <= set(sides):
-            row["ratio_tokens_per_s"] = row["recemb"]["tokens_per_s"] / row["pipeline"]["tokens_per_s"]
+        if "pipeline" in sides:
+            row["ratios"] = {s: row[s]["tokens_per_s"] / row["pipeline"]["tokens_per_s"] for s in sides
+                             if is_recemb(s)}
+            if "recemb" in sides:
+                row["ratio_tokens_per_s"] = row["ratios"]["recemb"]
         out[label] = row
     return out
 
 
 def main_table(results: dict) -> str:
     sides = results["setup"]["sides"]
-    both = set(SIDES) <= set(sides)
-    head = ["corpus", "documents", "tokens"] + [f"{s} tok/s" for s in sides] + (["recemb / pipeline"] if both else []) \
-        + [f"{s} s" for s in sides] + [f"{s} peak RSS MiB" for s in sides] + ["quality"] + [s for s in sides]
+    ratio_sides = [s for s in sides if is_recemb(s)] if "pipeline" in sides else []
+    head = ["corpus", "documents", "tokens"] + [f"{s} tok/s" for s in sides] \
+        + [f"{s} / pipeline" for s in ratio_sides] + [f"{s} s" for s in sides] \
+        + [f"{s} peak RSS MiB" for s in sides] + ["quality"] + [s for s in sides]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---:|"]
     for name, c in results["corpora"].items():
         metric = "nDCG@10" if name != LONG else "accuracy@1"
         cells = [name, f"{c['documents']:,}", f"{c['tokens']:,}"]
-        cells += [f"{c[s]['tokens_per_s']:,.0f}" for s in sides] + ([f"**{c['ratio_tokens_per_s']:.2f}x**"] if both
-                                                                    else [])
+        cells += [f"{c[s]['tokens_per_s']:,.0f}" for s in sides] + [f"**{c['ratios'][s]:.2f}x**" for s in ratio_sides]
         cells += [f"{c[s]['ingest_seconds']:.1f}" for s in sides]
         cells += [f"{c[s]['peak_rss_ingest_mib']:.0f}" for s in sides]
         cells += [metric] + [f"{quality_of(c[s]):.3f}" for s in sides]
         lines.append("| " + " | ".join(cells) + " |")
     for label, row in results["summary"].items():
         cells = [f"*{label}*", "", f"{row['tokens']:,}"]
-        cells += [f"{row[s]['tokens_per_s']:,.0f}" for s in sides] + ([f"**{row['ratio_tokens_per_s']:.2f}x**"] if both
-                                                                      else [])
+        cells += [f"{row[s]['tokens_per_s']:,.0f}" for s in sides] + [f"**{row['ratios'][s]:.2f}x**"
+                                                                       for s in ratio_sides]
         cells += [f"{row[s]['ingest_seconds']:.1f}" for s in sides]
         cells += [f"{row[s]['peak_rss_ingest_mib']:.0f}" for s in sides]
         has_ndcg = all("ndcg@10 mean" in row[s] for s in sides)
@@ -419,16 +463,39 @@ def detail_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+QUALITY_ROWS = {"quality": "hybrid (the main job's default search)", "quality_dense": "dense",
+                "quality_document_vectors": "documents' own vectors (exact)"}
+
+
 def long_table(results: dict) -> str | None:
     c = results["corpora"].get(LONG)
     if c is None:
         return None
     bands = list(c[results["setup"]["sides"][0]]["quality"]["accuracy@1"])
-    lines = ["| side | " + " | ".join(bands) + " | mean |", "|---|" + "---:|" * (len(bands) + 1)]
+    lines = ["| side | search | " + " | ".join(bands) + " | mean |", "|---|---|" + "---:|" * (len(bands) + 1)]
     for s in results["setup"]["sides"]:
-        q = c[s]["quality"]
-        lines.append(f"| {s} | " + " | ".join(f"{q['accuracy@1'][b]:.3f}" for b in bands)
-                     + f" | {q['accuracy@1 mean']:.3f} |")
+        for key, label in QUALITY_ROWS.items():
+            if key not in c[s]:
+                continue
+            q = c[s][key]
+            lines.append(f"| {s} | {label} | " + " | ".join(f"{q['accuracy@1'][b]:.3f}" for b in bands)
+                         + f" | {q['accuracy@1 mean']:.3f} |")
+    return "\n".join(lines)
+
+
+def ir_quality_table(results: dict) -> str | None:
+    """Mean nDCG@10 over the IR collections per side and search (the recemb sides measure three)."""
+    ir = [n for n in results["corpora"] if n != LONG]
+    if not ir:
+        return None
+    lines = ["| side | search | " + " | ".join(ir) + " | mean |", "|---|---|" + "---:|" * (len(ir) + 1)]
+    for s in results["setup"]["sides"]:
+        for key, label in QUALITY_ROWS.items():
+            if any(key not in results["corpora"][n][s] for n in ir):
+                continue
+            values = [results["corpora"][n][s][key]["ndcg@10"] for n in ir]
+            lines.append(f"| {s} | {label} | " + " | ".join(f"{v:.4f}" for v in values)
+                         + f" | {float(np.mean(values)):.4f} |")
     return "\n".join(lines)
 
 
@@ -455,7 +522,9 @@ def main(argv=None) -> int:
                         help="OMP_WAIT_POLICY of both workers (default: inherit this environment's, i.e. OpenMP's "
                              "spinning default). 'passive' on a machine shared with other work: spinning threads "
                              "then take the cores from the working ones, recemb's many small operations most")
-    parser.add_argument("--sides", default=",".join(SIDES), help="recemb,pipeline (default both)")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="recemb,pipeline (default both); recemb:WAY runs recemb with long_documents=WAY "
+                             "(whole+passages, passages, one-pass), several in one run")
     parser.add_argument("--chunk-tokens", type=int, default=256, help="pipeline chunk size in MiniLM tokens")
     parser.add_argument("--chunk-overlap", type=int, default=32, help="pipeline chunk overlap in MiniLM tokens")
     parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers encode batch size")
@@ -464,7 +533,7 @@ def main(argv=None) -> int:
                         help=f"smoke test: --ir {QUICK['ir']} --limit-docs {QUICK['limit_docs']} (unless given), "
                              f"at most {QUICK['long_docs']} long documents; results in the temp folder")
     parser.add_argument("--out", help="JSON results (default benchmarks/results/vs_pipeline.json)")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -472,8 +541,12 @@ def main(argv=None) -> int:
         return worker(args)
 
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if not sides or set(sides) - set(SIDES):
-        parser.error(f"--sides takes recemb and/or pipeline, got {args.sides!r}")
+    from recemb_integrations.qdrant.record import LONG_DOCUMENT_MODES
+
+    known = set(SIDES) | {f"recemb:{way}" for way in LONG_DOCUMENT_MODES}
+    if not sides or set(sides) - known or len(set(sides)) != len(sides):
+        parser.error(f"--sides takes recemb (or recemb:WAY, WAY one of {', '.join(LONG_DOCUMENT_MODES)}) and/or "
+                     f"pipeline, each once; got {args.sides!r}")
     if args.quick:
         args.ir = args.ir or QUICK["ir"]
         args.limit_docs = args.limit_docs or QUICK["limit_docs"]
@@ -531,16 +604,18 @@ def main(argv=None) -> int:
                       f"{r['peak_rss_ingest_mib']:.0f} MiB; quality {quality_of(r):.3f} ({len(corpus['queries'])} "
                       f"queries, {r['ms_per_query']:.0f} ms each); process {r['process_seconds']:.0f} s; load avg "
                       f"{r['load_average_1min']['before']:.1f} -> {r['load_average_1min']['after']:.1f}", flush=True)
-            if set(SIDES) <= set(sides):
-                entry["ratio_tokens_per_s"] = entry["recemb"]["tokens_per_s"] / entry["pipeline"]["tokens_per_s"]
+            if "pipeline" in sides:
+                entry["ratios"] = {s: entry[s]["tokens_per_s"] / entry["pipeline"]["tokens_per_s"] for s in sides
+                                   if is_recemb(s)}
+                if "recemb" in sides:
+                    entry["ratio_tokens_per_s"] = entry["ratios"]["recemb"]
             results["corpora"][name] = entry
     results["summary"] = summary(results["corpora"], sides)
     results["seconds_total"] = time.time() - started
-    if set(SIDES) <= set(sides):
+    if "pipeline" in sides and any(map(is_recemb, sides)):
         overall = results["summary"].get("everything") or next(iter(results["corpora"].values()))
-        results["target"] = {"ratio": TARGET_RATIO, "measured": overall["ratio_tokens_per_s"],
-                             "met": overall["ratio_tokens_per_s"] >= TARGET_RATIO,
-                             "on_threads": args.threads}
+        results["target"] = {"ratio": TARGET_RATIO, "on_threads": args.threads, "by_side": {
+            s: {"measured": r, "met": r >= TARGET_RATIO} for s, r in overall["ratios"].items()}}
     busy = results["max_load_average_1min"] = max(
         (c[side]["load_average_1min"][k] for c in results["corpora"].values() for side in sides
          for k in ("before", "after")), default=0.0)
@@ -554,14 +629,18 @@ def main(argv=None) -> int:
     print(main_table(results))
     print("\nWhere the time and memory go:\n")
     print(detail_table(results))
+    iq = ir_quality_table(results)
+    if iq:
+        print("\nIR collections, nDCG@10 by search:\n")
+        print(iq)
     lt = long_table(results)
     if lt:
         print("\nLong documents, accuracy@1 by query position (words):\n")
         print(lt)
     if "target" in results:
-        t = results["target"]
-        print(f"\nTarget recemb / pipeline tokens/s >= {TARGET_RATIO}x (threads {args.threads or 'default'}): "
-              f"{t['measured']:.2f}x -> {'met' if t['met'] else 'MISSED'}")
+        for side, t in results["target"]["by_side"].items():
+            print(f"\nTarget {side} / pipeline tokens/s >= {TARGET_RATIO}x (threads {args.threads or 'default'}): "
+                  f"{t['measured']:.2f}x -> {'met' if t['met'] else 'MISSED'}")
     if busy > (os.cpu_count() or 1) + 0.5:
         advice = ("or compare at --threads 1" if wait_policy == "PASSIVE"
                   else "or with --omp-wait-policy passive (or --threads 1)")

@@ -32,8 +32,8 @@ from recemb_integrations.stores import Store, as_store, open_store
 __all__ = ["AddError", "FrameworkCollection", "Found", "SYNC_OPTIONS", "recemb_fields"]
 
 # The main job's options a framework store passes on to ``QdrantSync`` (its docstring says what each does).
-SYNC_OPTIONS = ("passage_tokens", "passage_overlap", "passages_above", "store_text", "sparse", "sparse_language",
-                "max_tokens", "batch_size", "index_metadata", "model_id", "retries")
+SYNC_OPTIONS = ("passage_tokens", "passage_overlap", "passages_above", "long_documents", "store_text", "sparse",
+                "sparse_language", "max_tokens", "batch_size", "index_metadata", "model_id", "retries")
 
 
 class AddError(ValueError):

@@ -22,7 +22,7 @@ from recemb.core.loading import (
 from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS, query_prompt, resolve_instruction
 from recemb.core.shared import clear_shared, shared_embedder
 from recemb.core.tokenizer import TextTokenizer
-from recemb.core.vertical import default_vertical_chunk_size, encode_vertical
+from recemb.core.vertical import default_vertical_chunk_size, encode_vertical, encode_with_branches
 
 __all__ = [
     "ARCHITECTURES",
@@ -42,6 +42,7 @@ __all__ = [
     "default_vertical_chunk_size",
     "detect_architecture",
     "encode_vertical",
+    "encode_with_branches",
     "load_encoder",
     "load_pretrained",
     "query_prompt",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from recemb.core.vertical import (
     VerticalStream,
     default_vertical_chunk_size,
     encode_vertical,
+    encode_with_branches,
     pad_right,
     pool_last_token,
 )
@@ -339,12 +340,25 @@ class Embedder:
 
     @torch.inference_mode()
     def embed_stream(self, pieces, total_tokens: int | None = None, normalize: bool = False,
-                     vertical_chunk_size: int | None = None) -> torch.Tensor:
+                     vertical_chunk_size: int | None = None, cuts: Iterable[int] | None = None,
+                     on_branch: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
         """Embed one sequence given as pieces of ids (EOS last): (dim,) fp32, equal to ``embed_token_ids`` on the
         concatenation with the same V, in memory that does not grow with its length. ``total_tokens`` is needed
-        when ``needs_whole_length``."""
+        when ``needs_whole_length``. With ``cuts`` (increasing), ``on_branch`` gets, as the stream reaches each cut
+        below its last position, the embedding of the prefix up to the cut followed by the EOS, read from this
+        pass (as ``embed_token_ids_with_branches``; normalised with ``normalize``)."""
         V, _ = self._chunking(1, total_tokens, vertical_chunk_size)
-        stream = VerticalStream(self.model, V, total_length=total_tokens, **self._run_options())
+        branches = {}
+        if cuts is not None:
+            if on_branch is None or self.tokenizer is None or self.tokenizer.eos_token_id is None:
+                raise ValueError("branches need on_branch and a tokenizer that names the EOS")
+
+            def branched(vector: torch.Tensor) -> None:
+                vector = vector.float()
+                on_branch(F.normalize(vector, p=2, dim=-1) if normalize else vector)
+
+            branches = dict(cuts=cuts, branch_id=self.tokenizer.eos_token_id, on_branch=branched)
+        stream = VerticalStream(self.model, V, total_length=total_tokens, **branches, **self._run_options())
         vocab = self.config.vocab_size
         for piece in pieces:
             piece = torch.as_tensor(piece, dtype=torch.long)
@@ -376,6 +390,37 @@ class Embedder:
                 pooled = self._encode_batch(batch_ids, lengths, vertical_chunk_size, total, on_tokens=bar.update)
                 out[idx.to(self.device)] = pooled.float()
         return F.normalize(out, p=2, dim=-1) if normalize else out
+
+    def embed_token_ids_with_branches(
+        self,
+        sequences: Sequence[Sequence[int]],
+        cuts: Sequence[int],
+        normalize: bool = False,
+        batch_size: int = 8,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``embed_token_ids`` of each sequence and, from the same pass, the embedding of each of its prefixes cut
+        at ``cuts`` (increasing, shared by all; those below a sequence's last position) followed by its EOS: what a
+        sequence's passages ending there get when read from the whole sequence's pass (``encode_with_branches``;
+        one extra token per cut instead of a pass per passage). Returns ((n, dim), per sequence (k, dim)), fp32."""
+        seqs = _validate_ids(sequences, self.config.vocab_size)
+        batch_size = _check_positive("batch_size", batch_size)
+        if self.tokenizer is None or self.tokenizer.eos_token_id is None:
+            raise ValueError("branches end with the EOS token: this Embedder has no tokenizer that names one")
+        eos = self.tokenizer.eos_token_id
+        out = torch.empty(len(seqs), self.dim, dtype=torch.float32, device=self.device)
+        branches: list[torch.Tensor] = [out.new_empty(0, self.dim)] * len(seqs)
+        total = sum(len(s) for s in seqs)
+        for idx, batch_ids, lengths in self._batches(seqs, batch_size):
+            V, rows = self._chunking(len(idx), int(lengths.max()), None, total)
+            for start in range(0, len(idx), rows):
+                part = lengths[start : start + rows]
+                pooled, found = encode_with_branches(self.model, batch_ids[start : start + rows, : int(part.max())],
+                                                     part, list(cuts), eos, V, **self._run_options())
+                where = idx[start : start + rows]
+                out[where.to(self.device)] = pooled.float()
+                for i, vectors in zip(where.tolist(), found):
+                    branches[i] = F.normalize(vectors.float(), p=2, dim=-1) if normalize else vectors.float()
+        return (F.normalize(out, p=2, dim=-1) if normalize else out), branches
 
     def _encode_batch(self, input_ids: torch.Tensor, lengths: torch.Tensor, vertical_chunk_size,
                       total_tokens: int = 0, on_tokens=None) -> torch.Tensor:

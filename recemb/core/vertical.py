@@ -8,7 +8,7 @@ pooled at their own last token (the appended EOS): the model is causal, so paddi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -19,7 +19,7 @@ from recemb.core.threads import check_threads, intra_op_threads
 from recemb.kernels.workspace import Workspace
 
 __all__ = ["CPU_SINGLE_SEQUENCE_V", "VerticalStream", "default_vertical_chunk_size", "encode_vertical",
-           "flush_denormals", "flushing_denormals", "pad_right", "pool_last_token"]
+           "encode_with_branches", "flush_denormals", "flushing_denormals", "pad_right", "pool_last_token"]
 
 
 def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,6 +157,101 @@ def _vertical_loop(model, ids, lens, V, backend, deltas, on_tokens, chunk_size, 
     return pooled
 
 
+@torch.inference_mode()
+def encode_with_branches(
+    model: RecurrentEncoder,
+    input_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    cuts: list[int],
+    branch_id: int,
+    vertical_chunk_size: int | None = None,
+    backend: str = "auto",
+    chunk_size: int | None = None,
+    context_extension: str = "auto",
+    threads: int | str | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``encode_vertical``'s pooled embeddings, and from the same pass a branch at every cut: the output of one
+    more token, ``branch_id`` (the EOS), run from the states after the first ``c`` tokens of a row, for each cut
+    ``c`` below the row's last position. A branch changes nothing downstream: the row goes on from the states it
+    had, so its pooled vector is ``encode_vertical``'s. The branch at ``c`` equals encoding ``ids[:c] + [branch_id]``
+    alone; the pass costs one token per cut beyond the sequence itself.
+
+    The cuts are shared by every row (a fixed grid of passage ends), so the rows that branch at a cut are those
+    still running past it: a prefix of the batch sorted longest first. Chunks end at every cut and at least every V
+    tokens.
+
+    Arguments:
+        input_ids, lengths, vertical_chunk_size, backend, chunk_size, context_extension, threads: as in
+            ``encode_vertical``
+        cuts: increasing positions >= 1
+        branch_id: the token run at each cut
+    Return:
+        ((b, d) final-normed hidden state at position lengths - 1 of each row, [per row (k, d): the final-normed
+        branch outputs at the cuts c < lengths - 1 of that row, in order])
+    """
+    b, T = input_ids.shape
+    lengths = lengths.to(torch.long).cpu()
+    if lengths.shape != (b,):
+        raise ValueError(f"lengths must have shape ({b},), got {tuple(lengths.shape)}")
+    if b == 0:
+        return torch.empty(0, model.dim, device=input_ids.device), []
+    if int(lengths.min()) < 1 or int(lengths.max()) > T:
+        raise ValueError(f"lengths must lie in [1, {T}]")
+    cuts = [int(c) for c in cuts]
+    if any(c < 1 for c in cuts) or any(a >= z for a, z in zip(cuts, cuts[1:])):
+        raise ValueError(f"cuts must be increasing positions >= 1, got {cuts[:8]}")
+    V = vertical_chunk_size or default_vertical_chunk_size(b, model.config.chunk_size, input_ids.device)
+    if V < 1:
+        raise ValueError(f"vertical_chunk_size must be >= 1, got {V}")
+    order = torch.argsort(lengths, descending=True, stable=True)
+    ids, lens = input_ids[order.to(input_ids.device)], lengths[order]
+    deltas = model.delta_controls(lens, context_extension)
+    longest = int(lens[0])
+    cut_set = set(cuts)
+    ends = sorted({c for c in cuts if c < longest} | set(range(V, longest, V)) | {longest})
+    last = lens - 1
+    pooled: torch.Tensor | None = None
+    branches: list[list[torch.Tensor]] = [[] for _ in range(b)]
+    states, active, start = None, b, 0
+    workspace = Workspace() if ids.device.type == "cpu" else None
+    with flush_denormals(ids.device), intra_op_threads(ids.device, check_threads(threads)) as intra_op:
+        for end in ends:
+            still_running = int((lens > start).sum())
+            if still_running < active:
+                states = [s.keep_rows(still_running) for s in states]
+                if deltas is not None:
+                    deltas = [None if d is None else d.keep_rows(still_running) for d in deltas]
+                active = still_running
+            intra_op.apply(active * (end - start))
+            run = ChunkRun(backend=backend, workspace=workspace, chunk_size=chunk_size, deltas=deltas,
+                           last_tokens=torch.clamp(lens[:active], max=end) - 1 - start)
+            h, states = model.forward_chunk(ids[:active, start:end], states, run)
+            rows = torch.nonzero((last[:active] >= start) & (last[:active] < end)).flatten()
+            if rows.numel():
+                out = model.final_norm(h[rows.to(h.device), (last[rows] - start).to(h.device)])
+                if pooled is None:
+                    pooled = out.new_empty(b, out.shape[-1])
+                pooled[rows.to(h.device)] = out
+            branching = int((last > end).sum()) if end in cut_set else 0  # rows whose body goes on past the cut
+            if branching:
+                branch_run = ChunkRun(backend=backend, chunk_size=chunk_size,
+                                      deltas=None if deltas is None else [
+                                          None if d is None else d.keep_rows(branching) for d in deltas])
+                token = torch.full((branching, 1), branch_id, dtype=ids.dtype, device=ids.device)
+                hb, _ = model.forward_chunk(token, [s.keep_rows(branching) for s in states], branch_run)
+                outs = model.final_norm(hb[:, 0])
+                for row in range(branching):
+                    branches[row].append(outs[row])
+            start = end
+    result = torch.empty_like(pooled)
+    result[order.to(pooled.device)] = pooled
+    by_row: list[torch.Tensor] = [pooled.new_empty(0, pooled.shape[-1])] * b
+    for sorted_row, original in enumerate(order.tolist()):
+        if branches[sorted_row]:
+            by_row[original] = torch.stack(branches[sorted_row])
+    return result, by_row
+
+
 def pool_last_token(
     model: RecurrentEncoder, input_ids: torch.Tensor, lengths: torch.Tensor, backend: str = "auto",
     chunk_size: int | None = None, context_extension: str = "auto",
@@ -191,16 +286,24 @@ class VerticalStream:
     the per-layer states and at most V pending ids, however long the sequence. The last token fed is the pooling
     position (the EOS).
 
+    With ``cuts`` (increasing positions) the stream also branches as ``encode_with_branches`` does: at each cut
+    ``c`` below the last position, chunks end at ``c`` and ``on_branch`` receives the final-normed output of
+    ``branch_id`` run from the states after the first ``c`` tokens (the stream goes on from those states). A cut is
+    taken once two tokens past it have been fed (so it is known not to be the last position), or at ``finish``.
+
     Arguments:
         vertical_chunk_size: V >= 1; None picks ``default_vertical_chunk_size`` for a single sequence
         total_length: the whole sequence's length in tokens. Context extension keys its Δ controls by it, so a
             stream with context extension on needs it up front (``finish`` checks it was right).
         chunk_size, context_extension, threads: as in ``encode_vertical``
+        cuts, branch_id, on_branch: the branches, as above (all three or none)
     """
 
     def __init__(self, model: RecurrentEncoder, vertical_chunk_size: int | None = None, backend: str = "auto",
                  total_length: int | None = None, chunk_size: int | None = None,
-                 context_extension: str = "auto", threads: int | str | None = None):
+                 context_extension: str = "auto", threads: int | str | None = None,
+                 cuts: Iterable[int] | None = None, branch_id: int | None = None,
+                 on_branch: Callable[[torch.Tensor], None] | None = None):
         V = vertical_chunk_size if vertical_chunk_size is not None else default_vertical_chunk_size(
             1, model.config.chunk_size, next(model.parameters()).device)
         if V < 1:
@@ -208,6 +311,8 @@ class VerticalStream:
         if total_length is None and resolve_mode(model.context_extension, context_extension) != "off":
             raise ValueError("this model's context extension depends on the whole input length: pass "
                              "total_length (count the tokens first) or switch context extension off")
+        if (cuts is None) != (branch_id is None) or (cuts is None) != (on_branch is None):
+            raise ValueError("branches need cuts, branch_id and on_branch together")
         self.model, self.V, self.backend, self.total_length = model, V, backend, total_length
         self.chunk_size = chunk_size
         self.threads = check_threads(threads)
@@ -220,6 +325,9 @@ class VerticalStream:
         self._states = None
         self._last_h: torch.Tensor | None = None  # (1, d) residual stream at the latest token run
         self._workspace = Workspace() if self.device.type == "cpu" else None
+        self._cuts = iter(cuts) if cuts is not None else None
+        self._branch_id, self._on_branch = branch_id, on_branch
+        self._next_cut = self._advance_cut(0)
 
     def feed(self, ids) -> None:
         """Append token ids (a sequence of ints or a 1-D tensor); every full chunk of V runs at once."""
@@ -228,6 +336,9 @@ class VerticalStream:
             return
         self._pending.append(ids)
         self._n_pending += ids.numel()
+        if self._cuts is not None:
+            self._drain(final=False)
+            return
         if self._n_pending >= self.V:
             pending = torch.cat(self._pending)
             full = (pending.numel() // self.V) * self.V
@@ -239,6 +350,8 @@ class VerticalStream:
     @torch.inference_mode()
     def finish(self) -> torch.Tensor:
         """(d,) final-normed hidden state at the last token fed (the pooled, unnormalised embedding)."""
+        if self._cuts is not None:
+            self._drain(final=True)
         if self._n_pending:
             self._run(torch.cat(self._pending))
             self._pending, self._n_pending = [], 0
@@ -247,6 +360,47 @@ class VerticalStream:
         if self.total_length is not None and self.tokens != self.total_length:
             raise ValueError(f"total_length was {self.total_length} but {self.tokens} tokens were fed")
         return self.model.final_norm(self._last_h)[0]
+
+    def _advance_cut(self, after: int) -> int | None:
+        """The first cut beyond ``after`` tokens (cuts must increase), or None."""
+        if self._cuts is None:
+            return None
+        for cut in self._cuts:
+            if cut > after:
+                return int(cut)
+        return None
+
+    @torch.inference_mode()
+    def _drain(self, final: bool) -> None:
+        """Run the pending ids up to each cut that can be taken now (then branch) and in chunks of V between."""
+        pending = torch.cat(self._pending) if self._pending else torch.empty(0, dtype=torch.long)
+        first, fed = self.tokens, self.tokens + pending.numel()
+        while True:
+            cut = self._next_cut
+            if cut is not None and cut <= self.tokens + self.V:
+                if cut >= fed - 1:  # not known yet to lie below the last position (or, at the end, it does not)
+                    if not final:
+                        break
+                    self._next_cut = None
+                    continue
+                self._run(pending[self.tokens - first : cut - first])
+                self._branch()
+                self._next_cut = self._advance_cut(cut)
+                continue
+            end = self.tokens + self.V
+            if end > fed:
+                break
+            self._run(pending[self.tokens - first : end - first])
+        rest = pending[self.tokens - first :]
+        self._pending, self._n_pending = ([rest] if rest.numel() else []), rest.numel()
+
+    def _branch(self) -> None:
+        with flush_denormals(self.device), intra_op_threads(self.device, self.threads) as intra_op:
+            intra_op.apply(1)
+            run = ChunkRun(backend=self.backend, chunk_size=self.chunk_size, deltas=self.deltas)
+            token = torch.full((1, 1), self._branch_id, dtype=torch.long, device=self.device)
+            h, _ = self.model.forward_chunk(token, self._states, run)
+        self._on_branch(self.model.final_norm(h[:, 0])[0])
 
     @torch.inference_mode()
     def _run(self, chunk: torch.Tensor) -> None:

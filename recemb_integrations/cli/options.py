@@ -103,9 +103,11 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
     # A search reads passages from the collection; the flags stay accepted there (and ignored) for old scripts.
     hidden = not sync
     from recemb_integrations.qdrant.record import (
+        DEFAULT_LONG_DOCUMENTS,
         DEFAULT_PASSAGE_OVERLAP,
         DEFAULT_PASSAGE_TOKENS,
         DEFAULT_PASSAGES_ABOVE,
+        LONG_DOCUMENT_MODES,
     )
 
     # Only a sync shows the passage flags; a search keeps them hidden and outside any group (argparse's usage
@@ -124,6 +126,11 @@ def add_qdrant_options(parser: argparse.ArgumentParser, sync: bool) -> None:
                             help="cut only documents longer than this many tokens into passages (default: the "
                                  f"collection's, else {DEFAULT_PASSAGES_ABOVE} with the default passages and the "
                                  "passage length with --passage-tokens)")
+        parser.add_argument("--long-documents", choices=LONG_DOCUMENT_MODES,
+                            help="how a document with passages is embedded: whole+passages (the document whole "
+                                 "and each passage on its own), passages (the passages only; the document's vector "
+                                 "is their mean) or one-pass (the passages' vectors read from the document's own "
+                                 f"pass). Default: the collection's, else {DEFAULT_LONG_DOCUMENTS}")
 
 
 def refuse_blank_options(args: argparse.Namespace) -> None:

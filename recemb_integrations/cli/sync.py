@@ -118,7 +118,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         requested = RequestedSettings(passage_tokens=NO_PASSAGES if args.no_passages else args.passage_tokens,
                                       passage_overlap=args.passage_overlap, passages_above=args.passages_above,
                                       max_tokens=args.max_tokens, sparse=False if args.dense_only else None,
-                                      store_text=args.store_text)
+                                      store_text=args.store_text, long_documents=args.long_documents)
         try:  # the one decision, worded here in the command's flags
             settings = decide_settings(record, requested, rebuild=args.rebuild)
         except SettingsConflict as e:
@@ -220,7 +220,7 @@ def _ray_executor(args: argparse.Namespace):
 
 
 FLAGS = {"passage_tokens": "--passage-tokens", "passage_overlap": "--passage-overlap",
-         "passages_above": "--passages-above", "max_tokens": "--max-tokens"}
+         "passages_above": "--passages-above", "max_tokens": "--max-tokens", "long_documents": "--long-documents"}
 
 
 def _invalid_message(invalid) -> str:

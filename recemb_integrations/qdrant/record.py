@@ -20,11 +20,12 @@ from recemb_integrations.qdrant.errors import CollectionMismatchError, InvalidSe
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import DENSE_VECTOR, SPARSE_VECTOR
 
-__all__ = ["CollectionRecord", "DEFAULT_PASSAGES_ABOVE", "DEFAULT_PASSAGE_OVERLAP", "DEFAULT_PASSAGE_TOKENS",
-           "DISTANCE_NAME", "INVALID_COLLECTION_CHARS", "LAYOUT_VERSION", "MAX_COLLECTION_NAME", "META_KEY",
-           "ModelFacts", "NO_PASSAGES", "REBUILD_SUFFIX", "RequestedSettings", "SyncSettings", "bm25_encoders",
-           "check_collection_name", "check_passage_settings", "decide_settings", "default_passages_above",
-           "legacy_hybrid_refusal"]
+__all__ = ["CollectionRecord", "DEFAULT_LONG_DOCUMENTS", "DEFAULT_PASSAGES_ABOVE", "DEFAULT_PASSAGE_OVERLAP",
+           "DEFAULT_PASSAGE_TOKENS", "DISTANCE_NAME", "INVALID_COLLECTION_CHARS", "LAYOUT_VERSION",
+           "LONG_DOCUMENT_MODES", "MAX_COLLECTION_NAME", "META_KEY", "ModelFacts", "NO_PASSAGES", "ONE_PASS",
+           "PASSAGES_ONLY", "REBUILD_SUFFIX", "RequestedSettings", "SyncSettings", "WHOLE_AND_PASSAGES",
+           "bm25_encoders", "check_collection_name", "check_long_documents", "check_passage_settings",
+           "decide_settings", "default_passages_above", "legacy_hybrid_refusal"]
 
 META_KEY = "recemb"  # the collection metadata key under which recemb keeps its record
 # Layout 1 (recemb 0.1.0): one unnamed dense vector. Layout 2: a named dense vector and, unless dense-only, a named
@@ -41,6 +42,13 @@ POOLING = "last token (appended EOS), L2-normalised"
 DEFAULT_PASSAGE_TOKENS = 128
 DEFAULT_PASSAGE_OVERLAP = 16
 DEFAULT_PASSAGES_ABOVE = 512
+# How a document long enough for passages gets its vectors (docs/quality.md measures each):
+WHOLE_AND_PASSAGES = "whole+passages"  # two passes: the document whole, and each passage on its own
+PASSAGES_ONLY = "passages"  # each passage on its own; the document's vector is their normalised mean
+ONE_PASS = "one-pass"  # one pass over the document; each passage's vector is an EOS run from the state at its end
+LONG_DOCUMENT_MODES = (WHOLE_AND_PASSAGES, PASSAGES_ONLY, ONE_PASS)
+DEFAULT_LONG_DOCUMENTS = WHOLE_AND_PASSAGES
+RECORDED_BEFORE_LONG_DOCUMENTS = WHOLE_AND_PASSAGES  # what a collection that does not record it was built with
 
 
 def default_passages_above(passage_tokens: int | None) -> int:
@@ -62,6 +70,14 @@ def check_collection_name(name: str) -> str:
     if len(name) > MAX_COLLECTION_NAME:
         raise ValueError(f"collection name is {len(name)} characters long; Qdrant allows {MAX_COLLECTION_NAME}")
     return name
+
+
+def check_long_documents(mode: str) -> str:
+    """``mode`` if it names a way to embed long documents (``LONG_DOCUMENT_MODES``), else an ``InvalidSetting``."""
+    if mode not in LONG_DOCUMENT_MODES:
+        raise InvalidSetting(f"long_documents must be one of {', '.join(LONG_DOCUMENT_MODES)}, got {mode!r}",
+                             "long_documents", mode)
+    return mode
 
 
 def check_passage_settings(passage_tokens: int | None, passage_overlap: int | None,
@@ -98,9 +114,11 @@ class SyncSettings:
     sparse_language: str = "english"
     passages_above: int = 0
     store_text: bool = False
+    long_documents: str = RECORDED_BEFORE_LONG_DOCUMENTS
 
     def __post_init__(self) -> None:
         check_passage_settings(self.passage_tokens, self.passage_overlap, self.passages_above)
+        check_long_documents(self.long_documents)
         if self.passage_tokens is None and (self.passage_overlap or self.passages_above):
             raise InvalidSetting("passage_overlap and passages_above need passages (passage_tokens is None)",
                                  "passage_overlap" if self.passage_overlap else "passages_above",
@@ -123,7 +141,7 @@ class SyncSettings:
         return RequestedSettings(passage_tokens=self.passage_tokens or NO_PASSAGES,
                                  passage_overlap=self.passage_overlap, passages_above=self.passages_above,
                                  max_tokens=self.max_tokens, sparse=self.sparse, sparse_language=self.sparse_language,
-                                 store_text=self.store_text)
+                                 store_text=self.store_text, long_documents=self.long_documents)
 
 
 NO_PASSAGES = 0  # what a request names for "no passages" (None there is "not named": the collection's, or the default)
@@ -142,6 +160,7 @@ class RequestedSettings:
     passages_above: int | None = None
     store_text: bool | None = None
     sparse_language: str | None = None
+    long_documents: str | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +212,7 @@ class CollectionRecord:
             "passages_above": settings.passages_above if settings.passages else None,
             "max_tokens": settings.max_tokens,
             "store_text": settings.store_text,
+            "long_documents": settings.long_documents if settings.passages else None,
             "layout": LAYOUT_VERSION,
             "point_roots": True,  # every point records its root, indexed
             "vectors": {"dense": DENSE_VECTOR, "sparse": SPARSE_VECTOR if settings.sparse else None},
@@ -241,7 +261,8 @@ class CollectionRecord:
                             passages_above=data.get("passages_above") or 0 if tokens else 0,
                             max_tokens=data.get("max_tokens"), sparse=self.bm25 is not None,
                             sparse_language=(data.get("sparse") or {}).get("language", "english"),
-                            store_text=bool(data.get("store_text")))
+                            store_text=bool(data.get("store_text")),
+                            long_documents=data.get("long_documents") or RECORDED_BEFORE_LONG_DOCUMENTS)
 
     @property
     def rebuild_state(self) -> str | None:
@@ -356,7 +377,9 @@ def decide_settings(record: CollectionRecord | None, requested: RequestedSetting
                         else kept.max_tokens,
                         sparse=sparse, sparse_language=language,
                         store_text=requested.store_text if requested.store_text is not None
-                        else (kept.store_text if kept is not None else False))
+                        else (kept.store_text if kept is not None else False),
+                        long_documents=requested.long_documents or (
+                            kept.long_documents if kept is not None and kept.passages else DEFAULT_LONG_DOCUMENTS))
 
 
 def _passages(kept: SyncSettings | None, requested: RequestedSettings) -> tuple[int | None, int, int]:
@@ -389,7 +412,9 @@ def _check_conflicts(record: CollectionRecord, kept: SyncSettings, requested: Re
              "passages_above": (requested.passages_above, requested.passages_above, kept.passages_above),
              "max_tokens": (requested.max_tokens, requested.max_tokens, kept.max_tokens),
              "store_text": (requested.store_text, requested.store_text,
-                            requested.store_text if recorded_text is None else recorded_text)}
+                            requested.store_text if recorded_text is None else recorded_text),
+             "long_documents": (requested.long_documents, requested.long_documents,
+                                kept.long_documents if kept.passages else requested.long_documents)}
     for key, (given, meant, recorded) in named.items():
         if given is None or meant == recorded:
             continue

@@ -77,6 +77,11 @@ class QdrantSync:
         passages_above: only documents of more than this many tokens get passages (None: the collection's, for a
             new collection 512 with the default passages, else ``passage_tokens``: a document that fits in one
             passage is found by its own point).
+        long_documents: how a document with passages gets its vectors: "whole+passages" (the document whole, and
+            each passage on its own: two passes), "passages" (each passage on its own, the document's vector their
+            normalised mean) or "one-pass" (one pass over the document; each passage's vector is the EOS run from
+            the state at its end, so it has read the document up to there). None: the collection's, or for a new
+            collection ``record.DEFAULT_LONG_DOCUMENTS`` (docs/quality.md measures the three).
         batch_size: documents read, embedded and written together: their points go in one request (a batch also
             closes at ``writer.BATCH_MAX_CHARS`` of text, so large documents do not pile up in memory).
         retries: attempts for a write or read that fails with a transient server error.
@@ -108,6 +113,7 @@ class QdrantSync:
         passage_tokens: int | None = None,
         passage_overlap: int | None = None,
         passages_above: int | None = None,
+        long_documents: str | None = None,
         batch_size: int = 64,
         retries: int = 5,
         max_tokens: int | None = None,
@@ -117,7 +123,8 @@ class QdrantSync:
         record: CollectionRecord | None = None,
     ):
         named = dict(passage_tokens=passage_tokens, passage_overlap=passage_overlap, passages_above=passages_above,
-                     max_tokens=max_tokens, sparse=sparse, sparse_language=sparse_language, store_text=store_text)
+                     max_tokens=max_tokens, sparse=sparse, sparse_language=sparse_language, store_text=store_text,
+                     long_documents=long_documents)
         self._given = settings  # settings named whole: a new collection takes them as they are
         if settings is not None:
             if any(v is not None for v in named.values()):

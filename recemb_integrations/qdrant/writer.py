@@ -30,12 +30,13 @@ from recemb_integrations.qdrant.points import (
     point_id,
     point_vectors,
 )
-from recemb_integrations.qdrant.record import SyncSettings, bm25_encoders
+from recemb_integrations.qdrant.record import ONE_PASS, PASSAGES_ONLY, WHOLE_AND_PASSAGES, SyncSettings, bm25_encoders
 from recemb_integrations.qdrant.writes import DeleteStalePassages, Upsert, Write
 from recemb_integrations.stores import StoredPoint
 from recemb_integrations.terminal import escape
 
-__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "Executor", "LocalExecutor", "PASSAGE_WRITE_BATCH", "WriteJob"]
+__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "Executor", "LocalExecutor", "PASSAGE_WRITE_BATCH", "WriteJob",
+           "passage_ends"]
 
 PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
 BATCH_MAX_CHARS = 4 << 20  # text of one batch at most (its token ids are held as Python ints until embedded)
@@ -144,23 +145,44 @@ class DocumentWriter:
         streams = [TokenStream([seq], emb.tokenizer.eos_token_id, self.token_limit, spans=cut) for seq in whole]
         pieces = [list(s) for s in streams]
         ids = [[i for piece in p for i in (piece[0] if cut else piece)] for p in pieces]
+        settings = self.job.settings
+        mode = settings.long_documents
+        # A document longer than passages_above gets passages; a shorter one is its own passage.
+        long = [cut and stream.tokens - 1 > settings.passages_above for stream in streams]
         vectors: list[Any] = [d.vector for d, _ in batch]
-        todo = [i for i, v in enumerate(vectors) if v is None]
-        if todo:
-            made = emb.embed_token_ids([ids[i] for i in todo], normalize=True,
+        whole_rows = [i for i, v in enumerate(vectors) if v is None and (not long[i] or mode == WHOLE_AND_PASSAGES)]
+        if whole_rows:
+            made = emb.embed_token_ids([ids[i] for i in whole_rows], normalize=True,
                                        show_progress_bar=show_progress_bar).cpu().numpy()
-            for i, vector in zip(todo, made):
+            for i, vector in zip(whole_rows, made):
                 vectors[i] = vector
+        passes: dict[int, tuple[Any, list]] = {}  # one pass per long document: (its vector, its passages')
+        one_pass = [i for i in range(len(batch)) if long[i] and mode == ONE_PASS]
+        if one_pass:
+            longest = max(len(ids[i]) for i in one_pass)
+            made, branches = emb.embed_token_ids_with_branches(
+                [ids[i] for i in one_pass], list(passage_ends(settings, longest)), normalize=True)
+            for i, vector, found in zip(one_pass, made.cpu().numpy(), branches):
+                passes[i] = (vector, list(found.cpu().numpy()))
         finished = []
-        for (doc, action), vector, doc_pieces, stream in zip(batch, vectors, pieces, streams):
-            text_hash, n_passages = content_hash(doc.text), 0
-            if cut and stream.tokens - 1 > self.job.settings.passages_above:  # a shorter document is its own passage
-                passages = PassageWriter(self, doc, text_hash)
+        for i, ((doc, action), doc_pieces, stream) in enumerate(zip(batch, pieces, streams)):
+            text_hash, n_passages, embedded = content_hash(doc.text), 0, stream.tokens if i in whole_rows else 0
+            vector = vectors[i]
+            if long[i]:
+                passages = PassageWriter(self, doc, text_hash, given=i in passes)
+                if i in passes:
+                    vector = vector if vector is not None else passes[i][0]
+                    embedded = stream.tokens
+                    for branch in passes[i][1]:
+                        passages.give(branch)
                 for piece_ids, piece_spans in doc_pieces:
                     passages.feed(piece_ids, piece_spans)
-                n_passages = passages.close()
+                n_passages = passages.close(passes[i][0] if i in passes else None)
                 outcome.embedded_tokens += passages.tokens
-            finished.append((doc, action, np.asarray(vector, dtype=np.float32), stream, n_passages, text_hash))
+                if vector is None:  # passages only: the document is where its passages point on average
+                    vector = passages.mean_vector()
+            finished.append((doc, action, np.asarray(vector, dtype=np.float32), stream, n_passages, text_hash,
+                             embedded))
         self._complete(finished, outcome)  # the batch's own points after all of its passages
         return outcome
 
@@ -195,7 +217,7 @@ class DocumentWriter:
             if not vector.any():
                 outcome.failed.append((doc.id, "its embedding is all zeros (the model gave no direction for it)"))
                 continue
-            finished.append((doc, action, vector, _UNTOKENIZED, 0, content_hash(doc.text)))
+            finished.append((doc, action, vector, _UNTOKENIZED, 0, content_hash(doc.text), 0))
         self._complete(finished, outcome)
         return outcome
 
@@ -214,7 +236,10 @@ class DocumentWriter:
             with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
                       desc=_short(doc.id)) as bar:
                 text_hash = content_hash(doc.text)
-                passages = PassageWriter(self, doc, text_hash) if self.job.settings.passages else None
+                settings = self.job.settings
+                mode = settings.long_documents if settings.passages else WHOLE_AND_PASSAGES
+                passages = (PassageWriter(self, doc, text_hash, given=mode == ONE_PASS, keep_head=mode == PASSAGES_ONLY)
+                            if settings.passages else None)
                 stream = emb.tokenize_stream(doc.text, max_length=limit, on_chars=bar.update,
                                              offsets=passages is not None)
 
@@ -225,32 +250,46 @@ class DocumentWriter:
                             piece = piece[0]
                         yield piece
 
-                if doc.vector is None:
-                    vector = emb.embed_stream(pieces(), total_tokens=total, normalize=True).cpu().numpy()
-                else:  # the document's own vector is given: its stream only feeds its passages
+                embedded, pooled = 0, None
+                if mode == ONE_PASS:  # the document's pass gives its passages' vectors as it reaches their ends
+                    pooled = emb.embed_stream(pieces(), total_tokens=total, normalize=True,
+                                              cuts=passage_ends(settings), on_branch=passages.give).cpu().numpy()
+                    embedded = stream.tokens
+                elif doc.vector is None and mode == WHOLE_AND_PASSAGES:
+                    pooled = emb.embed_stream(pieces(), total_tokens=total, normalize=True).cpu().numpy()
+                    embedded = stream.tokens
+                else:  # only the passages are embedded (the document's vector is given, or their mean)
                     for _ in pieces():
                         pass
-                    vector = np.asarray(doc.vector, dtype=np.float32)
-                n_passages = passages.close() if passages is not None else 0
+                n_passages = passages.close(pooled) if passages is not None else 0
                 outcome.embedded_tokens += passages.tokens if passages is not None else 0
+                if doc.vector is not None:
+                    vector = np.asarray(doc.vector, dtype=np.float32)
+                elif pooled is not None:
+                    vector = pooled
+                elif n_passages:
+                    vector = passages.mean_vector()
+                else:  # too few tokens for passages after all: the document is short, embed it whole
+                    vector = emb.embed_token_ids([passages.head], normalize=True).cpu().numpy()[0]
+                    embedded = len(passages.head)
         except TokenizationError as e:
             outcome.failed.append((doc.id, str(e)))
             return outcome
-        self._complete([(doc, action, vector, stream, n_passages, text_hash)], outcome)
+        self._complete([(doc, action, vector, stream, n_passages, text_hash, embedded)], outcome)
         return outcome
 
-    def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int, str]],
+    def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int, str, int]],
                   outcome: WriteOutcome) -> None:
         """Write the own points of documents whose passages are all written, and account for them: one delete of
         their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
         point), so the next sync redoes them."""
         job = self.job
-        stale = tuple((doc.id, n_passages) for doc, action, _, _, n_passages, _ in finished
+        stale = tuple((doc.id, n_passages) for doc, action, _, _, n_passages, _, _ in finished
                       if action == "updated" or n_passages)
         if stale:  # passages beyond the new count belong to an older version of the text
             self.emit(DeleteStalePassages(stale))
         points = []
-        for doc, _, vector, stream, n_passages, text_hash in finished:
+        for doc, _, vector, stream, n_passages, text_hash, _ in finished:
             payload = document_payload(doc.id, doc.text, doc.metadata, stream.tokens, job.root, job.settings.store_text,
                                        n_passages, text_hash)
             sparse = self.bm25.embed_document(doc.text) if self.bm25 is not None else None
@@ -258,7 +297,7 @@ class DocumentWriter:
         # The document points go last: a content hash marks its document as complete.
         if points:
             self.emit(Upsert(tuple(points)))
-        for doc, action, _, stream, _, _ in finished:
+        for doc, action, _, stream, _, _, embedded in finished:
             if stream.truncated:
                 outcome.warnings.append((doc.id, f"truncated to its first {stream.tokens} tokens (max_tokens)"))
             outcome.warnings.extend((doc.id, note) for note in stream.notes)
@@ -268,16 +307,34 @@ class DocumentWriter:
                     f"its {len(doc.text):,} characters gave only {stream.tokens:,} tokens, so its embedding "
                     "carries little of its content (a tokenizer makes a long run of letters without spaces or "
                     "punctuation one unknown token)")))
-            outcome.embedded_tokens += stream.tokens if doc.vector is None else 0  # a given vector: not embedded here
+            outcome.embedded_tokens += embedded  # the document's own pass (none: a given vector, or passages only)
             outcome.finished.append((doc.id, action))
+
+
+def passage_ends(settings: SyncSettings, below: int | None = None) -> Iterator[int]:
+    """Where a document's full passages end, in tokens from its start (``PassageWindows``' grid: a window of
+    ``passage_tokens`` every ``passage_tokens - passage_overlap``), up to ``below`` (None: without end). A one-pass
+    document's passage ending there takes the EOS run from the state after that many tokens; its last passage ends
+    where the document does and takes the document's own vector."""
+    end, step = settings.passage_tokens, settings.passage_tokens - settings.passage_overlap
+    while below is None or end < below:
+        yield end
+        end += step
 
 
 class PassageWriter:
     """Embeds a document's passages in groups as its ids (and their spans) stream in and emits their upserts
     (before the document's own point). A document of at most ``passages_above`` tokens gets none: its windows are
-    held until it is longer, and dropped if it ends first."""
+    held until it is longer, and dropped if it ends first.
 
-    def __init__(self, writer: DocumentWriter, doc: Document, document_hash: str):
+    ``given``: the passages' vectors come from the document's own pass (``long_documents`` one-pass), one per
+    window in order through ``give`` and the last at ``close``; a window waits for its vector. Otherwise each
+    passage is embedded on its own, and ``mean_vector`` is where they point on average (the document's vector when
+    only passages are embedded). ``keep_head``: the first ``passages_above + 1`` ids are kept (``head``), so a
+    document that turns out too short for passages can be embedded whole."""
+
+    def __init__(self, writer: DocumentWriter, doc: Document, document_hash: str, given: bool = False,
+                 keep_head: bool = False):
         self.writer, self.doc, self.document_hash = writer, doc, document_hash
         job = writer.job
         settings = job.settings
@@ -285,31 +342,71 @@ class PassageWriter:
                                       writer.embedder.tokenizer.eos_token_id)
         self.above = settings.passages_above
         self.pending: list[tuple[list[int], tuple[int, int]]] = []
+        self.given = given
+        self.vectors: list[Any] = []  # given vectors not yet matched with a window
+        self.keep_head = keep_head
+        self.head: list[int] = []
+        self._sum: np.ndarray | None = None
         self.seen = 0  # ids fed (the last may be the EOS)
         self.written = 0
         self.tokens = 0  # embedded in passages (EOS included), counted in the report beside the document's own
 
+    def give(self, vector) -> None:
+        """The next passage's vector, read from the document's pass (``given`` only)."""
+        self.vectors.append(np.asarray(vector, dtype=np.float32))
+        self.tokens += 1  # the EOS run at the passage's end
+        self._write_ready(final=False)
+
     def feed(self, ids: Sequence[int], spans: Sequence[Span]) -> None:
+        if self.keep_head and len(self.head) <= self.above:
+            self.head += list(ids[: self.above + 1 - len(self.head)])
         self.pending += self.windows.feed(ids, spans)
         self.seen += len(ids)
-        while len(self.pending) >= PASSAGE_WRITE_BATCH and self.seen - 1 > self.above:
-            self._write(self.pending[:PASSAGE_WRITE_BATCH])
-            self.pending = self.pending[PASSAGE_WRITE_BATCH:]
+        self._write_ready(final=False)
 
-    def close(self) -> int:
-        """Writes the rest; returns how many passages the document has."""
+    def close(self, last_vector=None) -> int:
+        """Writes the rest (``last_vector``: the document's own, which its last passage shares when ``given``);
+        returns how many passages the document has."""
         self.pending += self.windows.finish()
         if self.seen - 1 <= self.above:  # short enough to be found by its own point alone
-            self.pending = []
+            self.pending, self.vectors = [], []
             return 0
-        for i in range(0, len(self.pending), PASSAGE_WRITE_BATCH):
-            self._write(self.pending[i : i + PASSAGE_WRITE_BATCH])
-        self.pending = []
+        if self.given:
+            self.vectors.append(np.asarray(last_vector, dtype=np.float32))
+            if len(self.vectors) != len(self.pending):
+                raise RuntimeError(f"{len(self.pending)} passages left for {len(self.vectors)} vectors of the "
+                                   "document's pass")
+        self._write_ready(final=True)
         return self.written
 
-    def _write(self, windows: list[tuple[list[int], tuple[int, int]]]) -> None:
+    def mean_vector(self) -> np.ndarray:
+        """The normalised mean of the passages' vectors (embedded ones only)."""
+        if self._sum is None:
+            raise ValueError("no passage was embedded")
+        return (self._sum / np.linalg.norm(self._sum)).astype(np.float32)
+
+    def _write_ready(self, final: bool) -> None:
+        if not final and self.seen - 1 <= self.above:
+            return
+        while self.pending:
+            ready = min(len(self.pending), len(self.vectors)) if self.given else len(self.pending)
+            if ready == 0 or (not final and ready < PASSAGE_WRITE_BATCH):
+                return
+            n = min(ready, PASSAGE_WRITE_BATCH)
+            self._write(self.pending[:n], self.vectors[:n] if self.given else None)
+            self.pending = self.pending[n:]
+            if self.given:
+                self.vectors = self.vectors[n:]
+
+    def _write(self, windows: list[tuple[list[int], tuple[int, int]]], given: list | None) -> None:
         writer, doc, job = self.writer, self.doc, self.writer.job
-        vectors = writer.embedder.embed_token_ids([ids for ids, _ in windows], normalize=True).cpu().numpy()
+        if given is None:
+            vectors = writer.embedder.embed_token_ids([ids for ids, _ in windows], normalize=True).cpu().numpy()
+            total = vectors.sum(axis=0, dtype=np.float64)
+            self._sum = total if self._sum is None else self._sum + total
+            self.tokens += sum(len(ids) for ids, _ in windows)
+        else:
+            vectors = given
         points = []
         for i, ((ids, span), v) in enumerate(zip(windows, vectors), start=self.written):
             # The passage's own characters: what its BM25 vector counts and what a search shows and quotes.
@@ -320,7 +417,6 @@ class PassageWriter:
             points.append(StoredPoint(point_id(doc.id, i), payload, point_vectors(job.layout, v, sparse)))
         writer.emit(Upsert(tuple(points)))
         self.written += len(windows)
-        self.tokens += sum(len(ids) for ids, _ in windows)
 
 
 @dataclass(frozen=True)

@@ -157,3 +157,65 @@ def test_stream_with_context_extension_equals_encode_vertical(tiny_folder):
     assert torch.equal(stream.finish(), whole)
     model.context_extension = None
     assert not torch.equal(encode_vertical(model, ids[None], torch.tensor([90]), 16, backend="torch")[0], whole)
+
+
+def _branch_reference(model, ids, lengths, cuts, branch_id):
+    """Each branch encoded on its own: the row's first c ids and the branch token, one sequence."""
+    out = []
+    for row, n in enumerate(lengths.tolist()):
+        alone = [torch.cat([ids[row, :c], torch.tensor([branch_id])])[None] for c in cuts if c < n - 1]
+        out.append(torch.cat([encode_vertical(model, a, torch.tensor([a.shape[1]]), 10_000, backend="torch")
+                              for a in alone]) if alone else None)
+    return out
+
+
+@pytest.mark.parametrize("V", [1, 5, 16, 1000])
+def test_branches_equal_each_prefix_encoded_alone_and_leave_the_pass_unchanged(model, batch, V):
+    """A passage vector read from the document's own pass (an EOS run from the states after c tokens) is the
+    vector of the document's first c tokens and an EOS, encoded alone; the pooled vectors are encode_vertical's;
+    and V changes neither."""
+    from recemb.core import encode_with_branches
+
+    ids, lengths = batch
+    cuts = [3, 8, 20, 32, 33, 50, 69]
+    pooled, branches = encode_with_branches(model, ids, lengths, cuts, branch_id=1, vertical_chunk_size=V,
+                                            backend="torch")
+    assert_close("pooled", encode_vertical(model, ids, lengths, 10_000, backend="torch"), pooled, 1e-5)
+    reference = _branch_reference(model, ids, lengths, cuts, 1)
+    for row, n in enumerate(lengths.tolist()):
+        expected_count = sum(c < n - 1 for c in cuts)
+        assert branches[row].shape == (expected_count, model.dim)
+        if expected_count:
+            assert_close(f"row {row} branches (V={V})", reference[row], branches[row], 1e-5)
+
+
+def test_branches_refuse_unordered_cuts(model, batch):
+    from recemb.core import encode_with_branches
+
+    ids, lengths = batch
+    for cuts in ([0, 4], [5, 5], [9, 3]):
+        with pytest.raises(ValueError, match="cuts"):
+            encode_with_branches(model, ids, lengths, cuts, branch_id=1)
+
+
+@pytest.mark.parametrize("V,piece", [(1000, 1), (7, 5), (16, 40), (3, 70)])
+def test_a_stream_branches_as_the_batch_does(model, batch, V, piece):
+    """A streamed document's passage vectors (branches taken as its pieces arrive) equal encode_with_branches'
+    and the stream's own vector equals encode_vertical's, whatever V and however the ids arrive."""
+    from recemb.core import encode_with_branches
+    from recemb.core.vertical import VerticalStream
+
+    ids, lengths = batch
+    cuts = [3, 8, 20, 32, 33, 50, 69]
+    _, expected = encode_with_branches(model, ids, lengths, cuts, branch_id=1, backend="torch")
+    for row, n in enumerate(lengths.tolist()):
+        got = []
+        stream = VerticalStream(model, V, backend="torch", cuts=iter(cuts), branch_id=1, on_branch=got.append)
+        for start in range(0, n, piece):
+            stream.feed(ids[row, start : min(start + piece, n)])
+        vector = stream.finish()
+        assert_close(f"row {row} pooled", encode_vertical(model, ids[row : row + 1, :n], lengths[row : row + 1],
+                                                          10_000, backend="torch"), vector[None], 1e-5)
+        assert len(got) == expected[row].shape[0]
+        if got:
+            assert_close(f"row {row} branches", expected[row], torch.stack(got), 1e-5)

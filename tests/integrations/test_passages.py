@@ -262,6 +262,13 @@ def test_a_search_never_shows_passages_of_an_incomplete_document(tiny_embedder, 
                     assert text == old[hit.span[0]:hit.span[1]]
 
 
+def collection_settings_of(path, collection):
+    from recemb_integrations.stores import open_store
+
+    with open_store(path=path) as store:
+        return collection_settings(store, collection)
+
+
 def test_opting_out_of_a_collections_passages_is_refused_and_changes_nothing(tmp_path, tiny_folder, capsys):
     from recemb_integrations.cli import main
     from recemb_integrations.stores import open_store
@@ -275,9 +282,84 @@ def test_opting_out_of_a_collections_passages_is_refused_and_changes_nothing(tmp
         before = store.count("c")
     assert before > 1  # the default gave the long document passages
     capsys.readouterr()
-    for flags in (["--no-passages"], ["--passage-tokens", "0"], ["--passages-above", "0"]):
+    built = collection_settings_of(tmp_path / "store", "c")["long_documents"]
+    other = "one-pass" if built != "one-pass" else "passages"
+    for flags in (["--no-passages"], ["--passage-tokens", "0"], ["--passages-above", "0"], ["--long-documents", other]):
         assert main(["sync", str(corpus), *flags, *opts]) == 2
         err = capsys.readouterr().err
         assert "was built with" in err and "--rebuild" in err, err
     with open_store(path=tmp_path / "store") as store:
         assert store.count("c") == before
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("mode", ["passages", "one-pass", "whole+passages"])
+def test_each_way_of_embedding_long_documents_gives_the_vectors_it_promises(tiny_embedder, tmp_path, monkeypatch,
+                                                                             streamed, mode):
+    """Each ``long_documents`` way against vectors computed independently: "whole+passages" embeds the document
+    and each window alone; "passages" embeds each window alone and gives the document their normalised mean;
+    "one-pass" gives each passage the vector of the document's first tokens up to the passage's end plus the EOS
+    (its last passage: the document's own vector). The report counts the tokens each way embeds; the collection
+    records the way, and a sync that names another is refused."""
+    import numpy as np
+
+    from recemb_integrations.qdrant import SettingsConflict
+
+    emb = tiny_embedder
+    if streamed:
+        import recemb.core.embedder as embedder_module
+
+        monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 8)
+        real = TextTokenizer.encode_stream
+        monkeypatch.setattr(TextTokenizer, "encode_stream",
+                            lambda self, text, window_chars=40, **k: real(self, text, window_chars=40, **k))
+    size, overlap = 12, 3
+    docs = [Document(f"d{i}", t) for i, t in enumerate(TEXTS)]
+    eos = emb.tokenizer.eos_token_id
+    with make_store("edge", tmp_path / "store") as store:
+        sync = QdrantSync(store, "p", emb, passage_tokens=size, passage_overlap=overlap, passages_above=0,
+                          long_documents=mode)
+        report = sync.sync(docs)
+        assert collection_settings(store, "p")["long_documents"] == mode
+        expected_tokens = 0
+        for doc in docs:
+            ids = emb.tokenize([doc.text])[0]
+            body = ids[:-1]
+            starts = list(range(0, max(len(body) - overlap, 1), size - overlap))
+            windows = [body[s:s + size] + [eos] for s in starts]
+            own = store.retrieve("p", [point_id(doc.id)], with_vectors=True)[0].vector["dense"]
+            stored = [p.vector["dense"] for p in passages_of(store, "p", doc.id)]
+            assert len(stored) == len(windows) and store.retrieve("p", [point_id(doc.id)])[0].payload[
+                "passages"] == len(windows)
+            whole = emb.embed_token_ids([ids], normalize=True).numpy()[0]
+            if mode == "one-pass":
+                prefixes = [body[:min(s + size, len(body))] + [eos] for s in starts]
+                expected = emb.embed_token_ids(prefixes, normalize=True).numpy()
+                assert_stored_dense(own, whole, rtol=1e-5, atol=1e-6)
+                expected_tokens += len(ids) + len(windows) - 1
+            else:
+                expected = emb.embed_token_ids(windows, normalize=True).numpy()
+                expected_tokens += sum(map(len, windows))
+                if mode == "passages":
+                    mean = expected.astype(np.float64).sum(axis=0)
+                    assert_stored_dense(own, mean / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
+                else:
+                    assert_stored_dense(own, whole, rtol=1e-5, atol=1e-6)
+                    expected_tokens += len(ids)
+            for got, vector in zip(stored, expected):
+                assert_stored_dense(got, vector, rtol=1e-5, atol=1e-6)
+        assert report.embedded_tokens == expected_tokens
+        other = "one-pass" if mode != "one-pass" else "passages"
+        with pytest.raises(SettingsConflict, match="long_documents"):
+            QdrantSync(store, "p", emb, long_documents=other).sync(docs)
+
+
+def test_a_collection_that_does_not_record_how_it_embedded_long_documents_keeps_both_passes(tiny_embedder, tmp_path):
+    with make_store("edge", tmp_path / "store") as store:
+        QdrantSync(store, "p", tiny_embedder, passage_tokens=6, passages_above=0).sync([Document("a", "x y")])
+        record = dict(store.collection_info("p").metadata["recemb"])
+        del record["long_documents"]  # what an earlier recemb wrote
+        store.update_metadata("p", {"recemb": record})
+        sync = QdrantSync(store, "p", tiny_embedder)
+        sync.sync([Document("a", "x y"), Document("b", "one two three four five six seven eight nine")])
+        assert sync.settings.long_documents == "whole+passages"
