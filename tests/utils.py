@@ -201,3 +201,31 @@ def assert_stored_dense(stored, expected, rtol: float = 1e-5, atol: float = 1e-6
     assert np.array_equal(stored.astype(np.float16).astype(np.float64), stored), (
         "the stored vector differs from the model's and is not a float16 rounding of it")
     np.testing.assert_allclose(stored, expected, rtol=FLOAT16_ROUNDOFF, atol=atol + 2.0 ** -25)
+
+
+def passage_windows(ids: list[int], size: int, overlap: int) -> list[list[int]]:
+    """A document's passages as the main job cuts them (windows of ``size`` body tokens every ``size - overlap``,
+    each with the EOS), written out from the rule, independently of ``PassageWindows``."""
+    body, eos = ids[:-1], ids[-1]
+    return [body[s:s + size] + [eos] for s in range(0, max(len(body) - overlap, 1), size - overlap)]
+
+
+def expected_document_vectors(emb, texts, passage_tokens: int | None = None, passage_overlap: int = 0,
+                              passages_above: int | None = None, way: str = "passages",
+                              max_length: int | None = None) -> np.ndarray:
+    """The documents' own vectors a sync stores, computed independently: a document with passages (more than
+    ``passages_above`` body tokens; None: ``passage_tokens``, the library's threshold for named passages) embedded
+    as passages only (``way`` "passages", the default) is the normalised mean of its windows embedded alone; any
+    other document, or way, is its whole embedding."""
+    ids = emb.tokenize(list(texts), max_length=max_length)
+    whole = emb.embed_token_ids(ids, normalize=True).numpy()
+    above = passage_tokens if passages_above is None else passages_above
+    out = []
+    for row, seq in zip(whole, ids):
+        if way != "passages" or passage_tokens is None or len(seq) - 1 <= above:
+            out.append(row)
+            continue
+        mean = emb.embed_token_ids(passage_windows(seq, passage_tokens, passage_overlap),
+                                   normalize=True).numpy().astype(np.float64).sum(axis=0)
+        out.append(mean / np.linalg.norm(mean))
+    return np.stack(out)

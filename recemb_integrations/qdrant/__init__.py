@@ -49,6 +49,7 @@ _EXPORTS = {
     "WriteOutcome": "documents", "StoredDocument": "documents", "ExternalEmbedder": "external",
     "SyncSettings": "record", "RequestedSettings": "record", "CollectionRecord": "record", "NO_PASSAGES": "record",
     "DEFAULT_PASSAGE_TOKENS": "record", "DEFAULT_PASSAGE_OVERLAP": "record", "DEFAULT_PASSAGES_ABOVE": "record",
+    "DEFAULT_LONG_DOCUMENTS": "record", "LONG_DOCUMENT_MODES": "record",
     "read_record": "collection", "collection_settings": "collection",
     "CollectionMismatchError": "errors", "SettingsConflict": "errors", "InvalidSetting": "errors",
     "MassDeletionError": "errors", "NothingReadableError": "errors", "RebuildError": "errors",

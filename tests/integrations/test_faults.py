@@ -15,6 +15,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("qdrant_client")
@@ -41,7 +42,7 @@ from tests.integrations.cli_cases import (  # noqa: E402
     stored_ids,
     stored_payloads,
 )
-from tests.utils import assert_stored_dense  # noqa: E402
+from tests.utils import assert_stored_dense, expected_document_vectors  # noqa: E402
 
 
 # ---------------------------------------------------------------------- no mass deletion by accident
@@ -178,12 +179,13 @@ def test_a_long_single_line_file_streams_in_bounded_windows(tmp_path, tiny_folde
         report = sync.sync([Document("big.txt", text)])
         assert widest and max(widest) <= 2 * window  # the tokenizer never saw the whole text
         point = client.retrieve("c", [sync_point_id("big.txt")], with_vectors=True)[0]
-        expected = emb.embed_token_ids([reference], normalize=True)[0].numpy()
-        assert_stored_dense(point.vector["dense"], expected, rtol=1e-5, atol=1e-6)
         body, eos = reference[:-1], reference[-1]
         windows = [body[i : i + 64] + [eos] for i in range(0, len(body) - 16, 48)]  # the whole-list rule
-        # The report counts every token embedded: the document's and its passages'.
-        assert report.added == 1 and report.embedded_tokens == len(reference) + sum(map(len, windows))
+        # Embedded as its passages only (the default): the document's vector is their normalised mean.
+        mean = emb.embed_token_ids(windows, normalize=True).numpy().astype(np.float64).sum(axis=0)
+        assert_stored_dense(point.vector["dense"], mean / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
+        # The report counts every token embedded: the passages' (the document is not embedded whole).
+        assert report.added == 1 and report.embedded_tokens == sum(map(len, windows))
         passages, _ = client.scroll("c", scroll_filter=qm.Filter(must=[qm.FieldCondition(
             key="kind", match=qm.MatchValue(value="passage"))]), limit=10_000, with_vectors=True)
         assert sorted(p.payload["passage"] for p in passages) == list(range(len(windows)))
@@ -407,8 +409,9 @@ def expected_state(store: Path, corpus: Path, tiny_folder, passage_tokens: int =
     assert stored_ids(store) == sorted(f.name for f in files)  # ids relative to the folder synced
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     texts = [f.read_text() for f in files]
+    vectors = expected_document_vectors(emb, texts, passage_tokens)
     with open_store(path=store) as s:
-        for f, text, vector in zip(files, texts, emb.encode_documents(texts)):
+        for f, text, vector in zip(files, texts, vectors):
             point = s.retrieve("c", [sync_point_id(f.name)], with_vectors=True)[0]
             assert point.payload["content_hash"] == content_hash(text)
             assert_stored_dense(point.vector["dense"], vector, rtol=1e-5, atol=1e-6)

@@ -38,7 +38,7 @@ from tests.integrations.cli_cases import (  # noqa: E402
     texts_under,
     write,
 )
-from tests.utils import assert_stored_dense  # noqa: E402
+from tests.utils import assert_stored_dense, expected_document_vectors  # noqa: E402
 
 
 # ---------------------------------------------------------------------- 1. roots
@@ -222,7 +222,6 @@ def test_text_without_whitespace_streams_in_bounded_pieces(tmp_path, capsys, mon
     """The bundled WordPiece pipeline cuts at punctuation: bounded pieces, the very ids of the whole text."""
     text = glued_text(60_000)
     path = write(tmp_path / "glued.txt", text)
-    reference = bundled.tokenize([text])[0]
     monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 1000)
     original = tokenizer_module.TextTokenizer.encode_stream
     monkeypatch.setattr(tokenizer_module.TextTokenizer, "encode_stream",
@@ -236,8 +235,10 @@ def test_text_without_whitespace_streams_in_bounded_pieces(tmp_path, capsys, mon
     assert widest and max(widest) <= 4000  # the tokenizer never saw the whole text
     with open_store(path=store) as s:
         vector = s.retrieve("c", [q.point_id("glued.txt")], with_vectors=True)[0].vector["dense"]
-    assert_stored_dense(vector, bundled.embed_token_ids([reference], normalize=True)[0].numpy(),
-                               rtol=1e-5, atol=1e-6)
+    # Embedded as the default passages only: the document's vector is their mean.
+    assert_stored_dense(vector, expected_document_vectors(bundled, [text], q.DEFAULT_PASSAGE_TOKENS,
+                                                          q.DEFAULT_PASSAGE_OVERLAP, q.DEFAULT_PASSAGES_ABOVE)[0],
+                        rtol=1e-5, atol=1e-6)
     assert_store_is(store, {"glued.txt": text})
 
 
@@ -274,7 +275,9 @@ def test_a_stretch_no_tokenizer_rule_can_cut_is_read_no_further(tmp_path, opts, 
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     with open_store(path=tmp_path / "store") as s:
         vector = s.retrieve("c", [q.point_id("blob.txt")], with_vectors=True)[0].vector["dense"]
-    assert_stored_dense(vector, emb.encode_documents([text[:2500]])[0], rtol=1e-5, atol=1e-6)
+    assert_stored_dense(vector, expected_document_vectors(emb, [text[:2500]], q.DEFAULT_PASSAGE_TOKENS,
+                                                          q.DEFAULT_PASSAGE_OVERLAP, q.DEFAULT_PASSAGES_ABOVE)[0],
+                        rtol=1e-5, atol=1e-6)
     assert_store_is(tmp_path / "store", {"blob.txt": text})
 
 

@@ -24,7 +24,7 @@ from recemb_integrations.qdrant import Document as RecembDocument  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import run, write  # noqa: E402
 from tests.integrations.conftest import tiny_model_dir  # noqa: E402
-from tests.utils import assert_stored_dense  # noqa: E402
+from tests.utils import assert_stored_dense, expected_document_vectors  # noqa: E402
 
 LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(40))
 
@@ -126,10 +126,11 @@ def test_recemb_model_stores_whole_documents_and_passages_with_their_original_te
         assert sorted(own) == sorted(ids) and len(passages) > 3
         assert all(p.payload["document_id"] == "log" and LONG[p.payload["start"]:p.payload["end"]] ==
                    p.payload["text"] for p in passages)
-        # The document's own point is the main job's: the same vector as recemb embeds the text.
+        # The document's own point is the main job's: embedded as its passages, its vector is their mean.
         stored, = store.collection.store.retrieve("c", [own["log"].id], with_vectors=True)
-        assert_stored_dense(stored.vector["dense"], tiny_embedder.encode_documents([LONG])[0], rtol=1e-5,
-                                   atol=1e-6)
+        assert_stored_dense(stored.vector["dense"],
+                            expected_document_vectors(tiny_embedder, [LONG], 16, passages_above=32)[0],
+                            rtol=1e-5, atol=1e-6)
         # Passage hits: the passage's own characters, its place, recemb's keys beside the user's.
         hits = store.similarity_search_with_score("herring and cod at dawn", k=3, granularity="passage")
         assert hits and all(isinstance(score, float) for _, score in hits)

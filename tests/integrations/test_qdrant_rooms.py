@@ -54,8 +54,13 @@ def test_a_collection_without_a_record_is_not_recembs():
 
 def test_settings_come_from_the_record_where_none_are_requested():
     kept = record(passage_tokens=64, passage_overlap=8, max_tokens=1000)
-    # a record of a recemb that did not record the threshold: every document got passages
-    assert decide_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english", 0)
+    # a record of a recemb that did not record the threshold: every document got passages; nor how long documents
+    # were embedded: whole and as passages
+    assert decide_settings(kept, RequestedSettings()) == SyncSettings(64, 8, 1000, True, "english", 0,
+                                                                      long_documents="whole+passages")
+    assert decide_settings(None, RequestedSettings()).long_documents == "passages"  # a new collection's default
+    assert decide_settings(kept, RequestedSettings(long_documents="one-pass"), rebuild=True).long_documents == \
+        "one-pass"
     assert decide_settings(record(passage_tokens=64, passage_overlap=8, passages_above=100),
                            RequestedSettings()).passages_above == 100
     # a new collection: the named passages with no overlap and their own length as threshold, else the defaults
@@ -85,10 +90,18 @@ def test_a_requested_setting_that_contradicts_the_record_is_a_conflict():
     with pytest.raises(CollectionMismatchError, match="recemb 0.1"):
         decide_settings(legacy, RequestedSettings())
     assert decide_settings(legacy, RequestedSettings(sparse=False)).sparse is False
-    # A rebuild takes what is requested, the record's passages where nothing is.
+    # A rebuild takes what is requested, the record's passages where nothing is (and how it embedded long
+    # documents: this record predates the choice, so both passes).
     rebuilt = decide_settings(record(passage_tokens=64, passage_overlap=8), RequestedSettings(sparse=False),
                               rebuild=True)
-    assert rebuilt == SyncSettings(64, 8, None, False)
+    assert rebuilt == SyncSettings(64, 8, None, False, long_documents="whole+passages")
+    with pytest.raises(SettingsConflict) as caught:
+        decide_settings(record(passage_tokens=64, long_documents="one-pass"),
+                        RequestedSettings(long_documents="passages"))
+    assert (caught.value.key, caught.value.recorded, caught.value.requested) == ("long_documents", "one-pass",
+                                                                                "passages")
+    with pytest.raises(InvalidSetting, match="long_documents"):
+        decide_settings(None, RequestedSettings(long_documents="halfway"))
     with pytest.raises(InvalidSetting, match="passage_overlap") as caught:
         decide_settings(None, RequestedSettings(passage_tokens=8, passage_overlap=8))
     assert (caught.value.key, caught.value.value, caught.value.passage_tokens) == ("passage_overlap", 8, 8)
