@@ -1,28 +1,67 @@
 """One prepared GPU run: correctness of our Triton kernels on CUDA, then SSD and encoder timings and memory.
 
-    python3 benchmarks/gpu_check.py --out $OUT            # on a CUDA machine (about 3-5 minutes on an H100/H200)
-    TRITON_INTERPRET=1 python3 benchmarks/gpu_check.py --smoke   # tiny shapes on the CPU: checks the script itself
+    python3 benchmarks/gpu_check.py --out $OUT     # on a CUDA machine (target: at most 7 minutes on an H100/H200)
+    TRITON_INTERPRET=1 python3 benchmarks/gpu_check.py --smoke --out /tmp/g   # tiny shapes on the CPU: the script
 
-Prints markdown tables and writes gpu_check.json. Compares, on the same inputs: our Triton SSD, the torch SSD,
-and mamba_ssm's ``mamba_chunk_scan_combined`` when mamba_ssm is importable (never install it on CPU machines);
-and for the encoder, recemb vertical / horizontal against transformers' Mamba2Model.
+GPU time comes in short windows and a machine can stop mid-run, so the run is built to bring back what it reached:
+
+- every row runs on its own: an exception is recorded in that row (its type, message and the end of its traceback)
+  and the run goes on;
+- every section has a time box (``SECTIONS``): once it is spent, its remaining rows are recorded as skipped;
+- every row is appended to ``gpu_check.jsonl`` in ``--out`` as soon as it is measured (flushed and synced), and
+  ``gpu_check.json`` plus the markdown tables are rewritten after each section.
+
+Correctness compares, on the same inputs, each Triton kernel with the torch path and the pure-torch reference, at the
+shapes of three Mamba2 configs (``CONFIGS``: 130M-class, 1.3B-class, Codestral-7B-class), fp32 and bf16, with initial
+states and lengths that are not multiples of the chunk, against the tolerances the CPU tests use (``TOLERANCES``).
+Timing compares our SSD with the torch path and with mamba_ssm's ``mamba_chunk_scan_combined`` where it can be
+imported, and recemb's encoder (vertical, horizontal) with transformers' ``Mamba2Model``. ``--smoke`` runs every
+section and row at tiny shapes on the CPU (under ``TRITON_INTERPRET=1``), peers that cannot run there recorded as
+skipped with the reason; ``tests/tools/test_gpu_check.py`` runs it in the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
-from recemb.kernels import ssd_chunk_scan, ssd_recurrent_ref
+from recemb.kernels import (
+    causal_conv1d,
+    causal_conv1d_ref,
+    gated_rms_norm,
+    gated_rms_norm_ref,
+    ssd_chunk_scan,
+    ssd_recurrent_ref,
+)
+
+# Mamba2 shapes (heads, head_dim, groups, state, conv width, hidden size, layers) of the checkpoints people run.
+CONFIGS = {
+    "130M": dict(h=24, p=64, g=1, n=128, k=4, d=768, layers=24),
+    "1.3B": dict(h=64, p=64, g=1, n=128, k=4, d=2048, layers=48),
+    "7B (Codestral Mamba)": dict(h=128, p=64, g=8, n=128, k=4, d=4096, layers=64),
+}
+SMOKE_CONFIG = dict(h=2, p=8, g=1, n=8, k=4, d=8, layers=2)
+# The CPU tests' tolerances (relative error, tests/utils.rel_err), per kernel and dtype.
+TOLERANCES = {
+    "ssd": {torch.float32: 1e-4, torch.bfloat16: 1e-2},
+    "conv1d": {torch.float32: 1e-6, torch.bfloat16: 1e-2},
+    "gated_norm": {torch.float32: 1e-6, torch.bfloat16: 1e-2},
+}
+# Seconds each section may take on the GPU (compilation and autotuning included); the smoke run has no box.
+SECTIONS = {"kernels": 100, "ssd_timing": 60, "encoder": 90, "scale": 120, "bundled": 50}
 
 
 def rel(ref: torch.Tensor, got: torch.Tensor) -> float:
-    ref, got = ref.double(), got.double()
+    """||got - ref|| / ||ref||, in fp64."""
+    ref, got = ref.double().cpu(), got.double().cpu()
     return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
@@ -41,6 +80,50 @@ def timed(fn, device: torch.device, repeats: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+class Recorder:
+    """Runs rows one at a time: each row's result or failure is kept, appended to ``gpu_check.jsonl`` at once, and
+    a section's rows past its time box are recorded as skipped."""
+
+    def __init__(self, out: Path, boxes: dict[str, float] | None, fail_rows: set[str] = frozenset()):
+        out.mkdir(parents=True, exist_ok=True)
+        self.out, self.boxes, self.fail_rows = out, boxes, fail_rows
+        self.rows: list[dict] = []
+        self.section, self.deadline = "", float("inf")
+        self._log = open(out / "gpu_check.jsonl", "a", encoding="utf-8")  # noqa: SIM115  (open for the run)
+
+    def start(self, section: str) -> None:
+        self.section = section
+        self.deadline = time.perf_counter() + self.boxes[section] if self.boxes is not None else float("inf")
+
+    def row(self, name: str, fn: Callable[[], dict]) -> dict:
+        row = {"section": self.section, "row": name}
+        started = time.perf_counter()
+        if started > self.deadline:
+            row["skipped"] = f"the section's time box ({self.boxes[self.section]:g} s) was spent"
+        else:
+            try:
+                if name in self.fail_rows:  # --fail-row: proves a failing row is recorded and the run goes on
+                    raise RuntimeError("failure injected by --fail-row")
+                row.update(fn())
+            except Exception as e:  # one row's failure is that row's: recorded, and the run goes on
+                row["error"] = f"{type(e).__name__}: {e}"[:500]
+                row["traceback"] = "".join(traceback.format_exception(e))[-1500:]
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        row["seconds"] = round(time.perf_counter() - started, 3)
+        self.rows.append(row)
+        self._log.write(json.dumps(row, default=str) + "\n")
+        self._log.flush()
+        os.fsync(self._log.fileno())
+        status = row.get("error") or row.get("skipped") or "ok"
+        print(f"  [{self.section}] {name}: {status} ({row['seconds']:.1f} s)", flush=True)
+        return row
+
+    def close(self) -> None:
+        self._log.close()
+
+
+# ----------------------------------------------------------------------------------------------- correctness
 def ssd_inputs(b, l, h, p, g, n, dtype, device, seed=0):
     gen = torch.Generator(device="cpu").manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen).to(device)  # noqa: E731
@@ -50,50 +133,140 @@ def ssd_inputs(b, l, h, p, g, n, dtype, device, seed=0):
                 initial_states=r(b, h, p, n) * 0.1)
 
 
-def check_ssd(device, smoke):
-    rows = []
-    shapes = [(1, 37, 2, 8, 1, 8, 16)] if smoke else [(2, 1000, 24, 64, 1, 128, 256), (1, 2048, 128, 64, 8, 128, 256)]
-    for b, l, h, p, g, n, q in shapes:
-        for dtype in (torch.float32,) if smoke else (torch.float32, torch.bfloat16):
-            t = ssd_inputs(b, l, h, p, g, n, dtype, device)
-            kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"],
-                      out_dtype=torch.float32)
-            y_tri, s_tri = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], q, backend="triton", **kw)
-            y_tor, s_tor = ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], q, backend="torch", **kw)
-            row = dict(check="ssd triton vs torch", shape=f"b{b} l{l} h{h} p{p} g{g} n{n} q{q}", dtype=str(dtype),
-                       y=rel(y_tor, y_tri), final_state=rel(s_tor, s_tri))
-            if l <= 1000:  # the token loop is slow; it anchors the smaller shape
-                y_ref, _ = ssd_recurrent_ref(*(t[k].cpu() for k in ("x", "dt", "A", "B", "C")), D=t["D"].cpu(),
-                                               dt_bias=t["dt_bias"].cpu(), dt_softplus=True,
-                                               initial_states=t["initial_states"].cpu())
-                row["y_vs_fp64_loop"] = rel(y_ref, y_tri.cpu())
-            rows.append(row)
-    return rows
+def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool) -> dict:
+    """Our Triton SSD against the torch path (and, for short inputs, the fp64 token loop), with initial states."""
+    t = ssd_inputs(2, l, cfg["h"], cfg["p"], cfg["g"], cfg["n"], dtype, device)
+    kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"],
+              out_dtype=torch.float32)
+    args = (t["x"], t["dt"], t["A"], t["B"], t["C"], q)
+    y_tri, s_tri = ssd_chunk_scan(*args, backend="triton", **kw)
+    y_tor, s_tor = ssd_chunk_scan(*args, backend="torch", **kw)
+    tol = TOLERANCES["ssd"][dtype]
+    row = dict(y_vs_torch=rel(y_tor, y_tri), state_vs_torch=rel(s_tor, s_tri), tolerance=tol)
+    if loop:  # the token loop is slow on long inputs: it anchors the short ones
+        y_ref, s_ref = ssd_recurrent_ref(*(t[k].cpu() for k in ("x", "dt", "A", "B", "C")), D=t["D"].cpu(),
+                                         dt_bias=t["dt_bias"].cpu(), dt_softplus=True,
+                                         initial_states=t["initial_states"].cpu())
+        row.update(y_vs_fp64_loop=rel(y_ref, y_tri), state_vs_fp64_loop=rel(s_ref, s_tri))
+    row["within_tolerance"] = all(v <= tol for k, v in row.items() if k.endswith(("_torch", "_loop")))
+    return row
 
 
-def time_ssd(device, smoke):
-    rows = []
+def conv_row(cfg: dict, l: int, dtype, device) -> dict:
+    """The causal conv1d over the mixer's x|B|C channels, with a carried state; the new state must be exact."""
+    channels = cfg["h"] * cfg["p"] + 2 * cfg["g"] * cfg["n"]
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, l, channels, generator=gen).to(device=device, dtype=dtype)
+    weight = torch.randn(channels, cfg["k"], generator=gen).to(device)
+    bias = torch.randn(channels, generator=gen).to(device)
+    state = torch.randn(2, channels, cfg["k"], generator=gen).to(device)
+    y_tri, s_tri = causal_conv1d(x, weight, bias, state, "silu", backend="triton")
+    y_tor, _ = causal_conv1d(x, weight, bias, state, "silu", backend="torch")
+    y_ref, s_ref = causal_conv1d_ref(x.cpu(), weight.cpu(), bias.cpu(), state.cpu(), "silu")
+    tol = TOLERANCES["conv1d"][dtype]
+    row = dict(y_vs_torch=rel(y_tor, y_tri), y_vs_ref=rel(y_ref, y_tri), state_exact=bool(torch.equal(
+        s_tri.cpu(), s_ref)), tolerance=tol)
+    row["within_tolerance"] = row["y_vs_torch"] <= tol and row["y_vs_ref"] <= tol and row["state_exact"]
+    return row
+
+
+def norm_row(cfg: dict, l: int, dtype, device) -> dict:
+    """The gated RMSNorm per group over the heads' output."""
+    d = cfg["h"] * cfg["p"]
+    gen = torch.Generator().manual_seed(2)
+    y = torch.randn(2, l, d, generator=gen).to(device=device, dtype=dtype)
+    z = torch.randn(2, l, d, generator=gen).to(device=device, dtype=dtype)
+    weight = torch.randn(d, generator=gen).to(device=device, dtype=dtype)
+    group = d // cfg["g"]
+    tri = gated_rms_norm(y, z, weight, group, backend="triton")
+    tor = gated_rms_norm(y, z, weight, group, backend="torch")
+    ref = gated_rms_norm_ref(y.cpu(), z.cpu(), weight.cpu(), group)
+    tol = TOLERANCES["gated_norm"][dtype]
+    row = dict(out_vs_torch=rel(tor, tri), out_vs_ref=rel(ref, tri), tolerance=tol)
+    row["within_tolerance"] = row["out_vs_torch"] <= tol and row["out_vs_ref"] <= tol
+    return row
+
+
+def rwkv7_row(h: int, n: int, l: int, device) -> dict:
+    """RWKV-7's time mixing through flash-linear-attention's chunk kernel against recemb's chunked torch form and,
+    for short inputs, the fp64 token loop (fp32 inputs, initial state carried)."""
+    from recemb.kernels.rwkv7 import fla_available, rwkv7_chunked, rwkv7_fla, rwkv7_recurrent_ref
+
+    if device.type != "cuda" or not fla_available():
+        return {"skipped": "flash-linear-attention's kernel needs CUDA and the fla package"}
+    gen = torch.Generator().manual_seed(4)
+    r, k, v = (torch.randn(2, l, h, n, generator=gen) * s for s in (1.0, 0.5, 1.0))
+    w = -torch.rand(2, l, h, n, generator=gen) * 2 - 0.01
+    kk = torch.nn.functional.normalize(torch.randn(2, l, h, n, generator=gen), dim=-1)
+    a, b = -kk, kk * torch.rand(2, l, h, n, generator=gen)
+    state = torch.randn(2, h, n, n, generator=gen) * 0.1
+    args = [t.to(device) for t in (r, w, k, v, a, b)]
+    o_fla, s_fla = rwkv7_fla(*args, initial_state=state.to(device))
+    o_tor, s_tor = rwkv7_chunked(*args, initial_state=state.to(device))
+    tol = TOLERANCES["ssd"][torch.float32]
+    row = dict(o_vs_torch=rel(o_tor, o_fla), state_vs_torch=rel(s_tor, s_fla), tolerance=tol,
+               fla_ms=1e3 * timed(lambda: rwkv7_fla(*args, initial_state=state.to(device)), device),
+               torch_ms=1e3 * timed(lambda: rwkv7_chunked(*args, initial_state=state.to(device)), device))
+    if l <= 1000:
+        o_ref, s_ref = rwkv7_recurrent_ref(r, w, k, v, a, b, initial_state=state)
+        row.update(o_vs_fp64_loop=rel(o_ref, o_fla), state_vs_fp64_loop=rel(s_ref, s_fla))
+    row["within_tolerance"] = all(v <= tol for key, v in row.items() if key.endswith(("_torch", "_loop")))
+    return row
+
+
+def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
+    configs = {"smoke": SMOKE_CONFIG} if smoke else CONFIGS
+    lengths = [37] if smoke else [1000, 4099]  # neither a multiple of the chunk
+    q = 16 if smoke else 256
+    for label, cfg in configs.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            short = "fp32" if dtype == torch.float32 else "bf16"
+            for l in lengths:
+                loop = l <= 1000 and (smoke or cfg["h"] <= 24)  # the fp64 loop: minutes on the big configs
+                yield f"ssd {label} {short} l={l}", lambda cfg=cfg, l=l, dtype=dtype, loop=loop: ssd_row(
+                    cfg, l, q, dtype, device, loop)
+            yield f"conv1d {label} {short}", lambda cfg=cfg, dtype=dtype: conv_row(cfg, lengths[-1], dtype, device)
+            yield f"gated_norm {label} {short}", lambda cfg=cfg, dtype=dtype: norm_row(cfg, lengths[-1], dtype,
+                                                                                      device)
+    # RWKV-7 (the paper's 1.5B-class shape: 32 heads of 64) on flash-linear-attention's kernel.
+    for l in lengths:
+        yield f"rwkv7 fla fp32 l={l}", lambda l=l: rwkv7_row(2 if smoke else 32, 8 if smoke else 64, l, device)
+
+
+# ----------------------------------------------------------------------------------------------- timing
+def mamba_ssm_scan():
+    """mamba_ssm's ``mamba_chunk_scan_combined``, or the reason it cannot run here."""
     try:
         from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-    except Exception:  # not installed, or no CUDA extension
-        mamba_chunk_scan_combined = None
-    h, p, g, n, q = (2, 8, 1, 8, 16) if smoke else (24, 64, 1, 128, 256)
-    for T in ([64] if smoke else [4096, 16384, 32768]):
-        for dtype in (torch.float32,) if smoke else (torch.bfloat16, torch.float32):
-            t = ssd_inputs(1, T, h, p, g, n, dtype, device)
-            args = (t["x"], t["dt"], t["A"], t["B"], t["C"], q)
-            kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True)
-            row = dict(T=T, dtype=str(dtype),
-                       triton_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="triton", **kw), device),
-                       torch_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="torch", **kw), device))
-            if mamba_chunk_scan_combined is not None and device.type == "cuda":
-                row["mamba_ssm_ms"] = 1e3 * timed(lambda: mamba_chunk_scan_combined(*args, **kw), device)
-                row["triton_over_mamba_ssm"] = row["triton_ms"] / row["mamba_ssm_ms"]
-            rows.append(row)
-    return rows
+    except Exception as e:  # not installed (never on CPU machines), or no CUDA extension
+        return None, f"mamba_ssm not importable: {type(e).__name__}: {e}"[:200]
+    return mamba_chunk_scan_combined, None
 
 
-def check_and_time_encoder(device, smoke):
+def ssd_timing_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
+    peer, why_not = mamba_ssm_scan()
+    cfg = SMOKE_CONFIG if smoke else CONFIGS["130M"]
+    q = 16 if smoke else 256
+    for T in ([64] if smoke else [4096, 16384, 65536]):
+        for dtype in (torch.bfloat16,) if smoke else (torch.bfloat16, torch.float32):
+            def row(T=T, dtype=dtype):
+                t = ssd_inputs(1, T, cfg["h"], cfg["p"], cfg["g"], cfg["n"], dtype, device)
+                args = (t["x"], t["dt"], t["A"], t["B"], t["C"], q)
+                kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True)
+                out = dict(T=T, dtype=str(dtype).replace("torch.", ""),
+                           triton_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="triton", **kw), device),
+                           torch_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="torch", **kw), device))
+                if peer is None or device.type != "cuda":
+                    out["mamba_ssm"] = why_not or "skipped: mamba_ssm's kernels need CUDA"
+                else:
+                    out["mamba_ssm_ms"] = 1e3 * timed(lambda: peer(*args, **kw), device)
+                    out["triton_over_mamba_ssm"] = out["triton_ms"] / out["mamba_ssm_ms"]
+                return out
+
+            yield f"ssd T={T} {str(dtype).replace('torch.', '')}", row
+
+
+def encoder_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
     from transformers import Mamba2Config, Mamba2Model
 
     from recemb.core import encode_vertical
@@ -104,55 +277,243 @@ def check_and_time_encoder(device, smoke):
                 vocab_size=300, n_groups=1)
            if smoke else dict(hidden_size=768, num_hidden_layers=24, num_heads=24, head_dim=64, state_size=128,
                               chunk_size=256, vocab_size=32768, n_groups=1))
-    torch.manual_seed(0)
-    ref = Mamba2Model(Mamba2Config(**cfg)).eval()
     dtype = torch.float32 if smoke else torch.bfloat16
-    ours = Mamba2Encoder(Config.from_transformers_dict(ref.config.to_dict()))
-    ours.load_state_dict(ref.state_dict())
-    ours = ours.to(device=device, dtype=dtype).eval()
-    rows = []
-    ids = torch.randint(3, cfg["vocab_size"] - 1, (1, 40 if smoke else 8192), device=device)
-    lengths = torch.tensor([ids.shape[1]])
-    a = encode_vertical(ours, ids, lengths, 16 if smoke else 1024, backend="triton")
-    b = encode_vertical(ours, ids, lengths, 16 if smoke else 1024, backend="torch")
-    rows.append(dict(check="encoder triton vs torch (vertical)", dtype=str(dtype), pooled=rel(b, a)))
-    ref = ref.to(device=device, dtype=dtype)
+    built: dict = {}
+
+    def models():
+        if not built:
+            torch.manual_seed(0)
+            ref = Mamba2Model(Mamba2Config(**cfg)).eval()
+            ours = Mamba2Encoder(Config.from_transformers_dict(ref.config.to_dict()))
+            ours.load_state_dict(ref.state_dict())
+            built["ours"] = ours.to(device=device, dtype=dtype).eval()
+            built["ref"] = ref.to(device=device, dtype=dtype)
+        return built["ours"], built["ref"]
+
+    def triton_vs_torch():
+        ours, _ = models()
+        ids = torch.randint(3, cfg["vocab_size"] - 1, (1, 40 if smoke else 8192), device=device)
+        lengths = torch.tensor([ids.shape[1]])
+        a = encode_vertical(ours, ids, lengths, 16 if smoke else 1024, backend="triton")
+        b = encode_vertical(ours, ids, lengths, 16 if smoke else 1024, backend="torch")
+        return dict(dtype=str(dtype), pooled_vs_torch=rel(b, a))
+
+    yield "encoder triton vs torch (vertical)", triton_vs_torch
     for T in ([40] if smoke else [4096, 16384, 65536]):
-        ids = torch.randint(3, cfg["vocab_size"] - 1, (1, T), device=device)
-        lengths = torch.tensor([T])
-        for name, fn in [
-            ("recemb vertical V=4096", lambda: encode_vertical(ours, ids, lengths, 4096, backend="auto")),
-            ("recemb vertical V=1024", lambda: encode_vertical(ours, ids, lengths, 1024, backend="auto")),
-            ("recemb horizontal", lambda: encode_vertical(ours, ids, lengths, T, backend="auto")),
-            ("transformers Mamba2Model", lambda: ref(ids).last_hidden_state[:, -1]),
-        ]:
+        methods = {
+            "recemb vertical V=4096": lambda ours, ref, ids, lengths: encode_vertical(ours, ids, lengths, 4096),
+            "recemb vertical V=1024": lambda ours, ref, ids, lengths: encode_vertical(ours, ids, lengths, 1024),
+            "recemb horizontal": lambda ours, ref, ids, lengths: encode_vertical(ours, ids, lengths, ids.shape[1]),
+            "transformers Mamba2Model": lambda ours, ref, ids, lengths: ref(ids).last_hidden_state[:, -1],
+        }
+        for name, method in methods.items():
+            def row(T=T, method=method):
+                ours, ref = models()
+                ids = torch.randint(3, cfg["vocab_size"] - 1, (1, T), device=device)
+                lengths = torch.tensor([T])
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                try:
+                    with torch.inference_mode():
+                        seconds = timed(lambda: method(ours, ref, ids, lengths), device, repeats=3)
+                except torch.OutOfMemoryError:
+                    return dict(T=T, tokens_per_s=None, peak_mib="out of memory")
+                peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
+                return dict(T=T, tokens_per_s=T / seconds, peak_mib=peak)
+
+            yield f"{name} T={T}", row
+
+
+# ----------------------------------------------------------------------------------------------- scale
+def matmul_rate(device, dtype) -> float:
+    """FLOP/s of a large square matmul in ``dtype``, measured here: the denominator of MFU."""
+    size = 256 if device.type != "cuda" else 8192
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    return 2 * size ** 3 / timed(lambda: a @ b, device, repeats=10)
+
+
+def random_mamba2(cfg: dict, device, dtype):
+    """A Mamba2 encoder of ``cfg``'s shape with small random weights, built on ``device`` (speed depends only on
+    shape); and its non-embedding parameter count."""
+    from recemb.core.architectures.mamba2 import Mamba2Config, Mamba2Encoder
+    from recemb.core.files import meta_skeleton
+
+    config = Mamba2Config(hidden_size=cfg["d"], num_hidden_layers=cfg["layers"], num_heads=cfg["h"],
+                          head_dim=cfg["p"], n_groups=cfg["g"], state_size=cfg["n"], vocab_size=32768)
+    with meta_skeleton():
+        model = Mamba2Encoder(config)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("A_log"):
+                param.copy_(torch.log(torch.rand(param.shape, device=device, generator=generator) * 15 + 1))
+            elif name.endswith(("dt_bias", "D")) or "norm" in name:
+                param.fill_(1.0 if "norm" in name or name.endswith("D") else -4.0)
+            else:
+                param.normal_(0.0, 0.02, generator=generator)
+    model = model.to(dtype).eval()
+    embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" in n)
+    return model, sum(p.numel() for p in model.parameters()) - embedding
+
+
+def scale_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
+    """Tokens/s, MFU (2 x non-embedding parameters per token over the measured bf16 matmul rate) and peak memory of
+    vertical (V = 4096) and horizontal encoding at the three configs' full sizes, batch 1 and batched; and the
+    activation memory at T past V, which must stay flat."""
+    from recemb.core import encode_vertical
+
+    dtype = torch.float32 if smoke else torch.bfloat16
+    configs = {"smoke": SMOKE_CONFIG} if smoke else CONFIGS
+    rate: dict = {}
+    models: dict = {}
+
+    def model_of(label):
+        if label not in models:
+            models.clear()  # one config on the device at a time
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-            try:
-                with torch.inference_mode():
-                    seconds = timed(fn, device, repeats=3)
-                peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else float("nan")
-                rows.append(dict(method=name, T=T, tokens_per_s=T / seconds, peak_mib=peak))
-            except torch.OutOfMemoryError:
-                rows.append(dict(method=name, T=T, tokens_per_s=None, peak_mib="out of memory"))
-    return rows
+            models[label] = random_mamba2(configs[label], device, dtype)
+        return models[label]
+
+    def measure(label, rows, T, V):
+        if "bf16" not in rate:
+            rate["bf16"] = matmul_rate(device, dtype)
+        model, params = model_of(label)
+        ids = torch.randint(3, 32000, (rows, T), device=device)
+        lengths = torch.full((rows,), T)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        seconds = timed(lambda: encode_vertical(model, ids, lengths, V), device, repeats=2)
+        peak = (torch.cuda.max_memory_allocated() - base) / 2 ** 20 if device.type == "cuda" else None
+        tokens_per_s = rows * T / seconds
+        return dict(config=label, rows=rows, T=T, V=V, tokens_per_s=tokens_per_s,
+                    mfu=2 * params * tokens_per_s / rate["bf16"], matmul_tflops=rate["bf16"] / 1e12,
+                    activation_peak_mib=peak, parameters_non_embedding=params)
+
+    lengths = [64, 256] if smoke else [4096, 16384, 65536]
+    V = 32 if smoke else 4096
+    for label, cfg in configs.items():
+        for T in lengths:
+            if cfg["layers"] >= 64 and T > 16384:
+                continue  # the 7B-class model: 16K tokens is the target row
+            yield f"{label} vertical T={T}", lambda label=label, T=T: measure(label, 1, T, V)
+        yield f"{label} horizontal T={lengths[1]}", lambda label=label: measure(label, 1, lengths[1], lengths[1])
+        yield f"{label} vertical 8 x {lengths[0]}", lambda label=label: measure(label, 8, lengths[0], V)
 
 
-def table(rows):
+# ----------------------------------------------------------------------------------------------- bundled model
+def sample_texts(count: int) -> tuple[list[str], str]:
+    """``count`` documents of a shared IR collection (cisi), or, where the shared data is not there (a GPU machine
+    gets only the repository), the paragraphs of this repository's docs; and where they came from."""
+    data = Path(os.environ.get("RECEMB_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+    corpus = data / "ir" / "cisi" / "corpus.jsonl"
+    if corpus.is_file():
+        texts = []
+        with open(corpus, encoding="utf-8") as f:
+            for line in f:
+                doc = json.loads(line)
+                texts.append(((doc.get("title") or "") + "\n" + doc["text"]).strip())
+                if len(texts) == count:
+                    break
+        return texts, "cisi"
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    paragraphs = [p.strip() for md in sorted(docs.glob("*.md")) for p in md.read_text().split("\n\n")
+                  if len(p.strip()) > 200]
+    return paragraphs[:count], "docs/*.md paragraphs"
+
+
+def bundled_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
+    """The bundled model end to end on this device against its CPU vectors, and its speed against a BERT of
+    all-MiniLM-L6-v2's shape (random weights: speed depends only on shape) on 256-token chunks."""
+    count = 12 if smoke else 300
+    cache: dict = {}
+
+    def cpu_vectors():
+        if "cpu" not in cache:
+            from recemb.core import DEFAULT_MODEL, Embedder
+
+            texts, source = sample_texts(count)
+            cpu = Embedder.from_pretrained(DEFAULT_MODEL, device="cpu", dtype=torch.float32)
+            cache["cpu"] = (texts, source, cpu.encode_documents(texts))
+        return cache["cpu"]
+
+    def agreement(dtype):
+        import numpy as np
+
+        from recemb.core import DEFAULT_MODEL, Embedder
+
+        texts, source, ref = cpu_vectors()
+        model = Embedder.from_pretrained(DEFAULT_MODEL, device=device, dtype=dtype)
+        model.encode_documents(texts[:2])  # compile and autotune outside the timing
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        got = model.encode_documents(texts)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        tokens = sum(len(ids) for ids in model.tokenize(texts))
+        cosine = np.sum(np.asarray(ref) * np.asarray(got), axis=1)
+        return dict(documents=len(texts), source=source, lowest_cosine=float(cosine.min()),
+                    mean_cosine=float(cosine.mean()), documents_per_s=len(texts) / seconds,
+                    tokens_per_s=tokens / seconds)
+
+    def minilm_shape():
+        from transformers import BertConfig, BertModel
+
+        texts, source, _ = cpu_vectors()
+        config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+                            max_position_embeddings=512, vocab_size=30522)
+        model = BertModel(config).to(device=device, dtype=torch.float32 if smoke else torch.bfloat16).eval()
+        words = sum(len(t.split()) for t in texts)
+        chunks = max(1, round(words * 1.3 / 254))  # 256-token chunks ([CLS] and [SEP] included) of the same text
+        ids = torch.randint(1000, 30000, (chunks, 256), device=device)
+
+        def run():
+            with torch.inference_mode():
+                for start in range(0, chunks, 32):
+                    model(input_ids=ids[start : start + 32])
+
+        seconds = timed(run, device, repeats=3)
+        return dict(documents=len(texts), source=source, chunks=chunks, documents_per_s=len(texts) / seconds,
+                    tokens_per_s=chunks * 256 / seconds)
+
+    yield "bundled model fp32 vs CPU", lambda: agreement(torch.float32)
+    yield "bundled model bf16 vs CPU", lambda: agreement(torch.bfloat16)
+    yield "MiniLM-shaped BERT, 256-token chunks", minilm_shape
+
+
+# ----------------------------------------------------------------------------------------------- report
+def table(rows: list[dict]) -> str:
     if not rows:
         return ""
-    keys = list(dict.fromkeys(k for r in rows for k in r))
+    keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in ("section", "traceback")]
     fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
     return "\n".join(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
                      + ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows])
 
 
-def main():
+RUNS = {"kernels": kernel_rows, "ssd_timing": ssd_timing_rows, "encoder": encoder_rows, "scale": scale_rows,
+        "bundled": bundled_rows}
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
-    args = parser.parse_args()
+    parser.add_argument("--sections", default=",".join(RUNS), help="sections to run, comma-separated")
+    parser.add_argument("--time-box", type=float,
+                        help="seconds per section for every section (default: SECTIONS on a GPU, none with --smoke)")
+    parser.add_argument("--fail-row", action="append", default=[], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if set(sections) - set(RUNS):
+        parser.error(f"--sections takes {', '.join(RUNS)}")
     if args.smoke:
         device = torch.device("cpu")
     elif torch.cuda.is_available():
@@ -161,13 +522,30 @@ def main():
         print("no CUDA device: run with --smoke (and TRITON_INTERPRET=1) to check the script on the CPU")
         return 2
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)",
-              "torch": torch.__version__}
-    for name, fn in [("ssd_correctness", check_ssd), ("ssd_timing", time_ssd), ("encoder", check_and_time_encoder)]:
-        start = time.perf_counter()
-        report[name] = fn(device, args.smoke)
-        print(f"\n## {name} ({time.perf_counter() - start:.0f} s)\n\n{table(report[name])}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+              "torch": torch.__version__, "smoke": args.smoke, "sections": {}}
+    boxes = ({s: args.time_box for s in RUNS} if args.time_box is not None else None if args.smoke
+             else dict(SECTIONS))
+    recorder = Recorder(args.out, boxes, fail_rows=set(args.fail_row))
+    try:
+        for section in sections:
+            recorder.start(section)
+            started = time.perf_counter()
+            try:
+                rows = list(RUNS[section](device, args.smoke))
+            except Exception as e:  # the section could not even list its rows (an import): one failed row
+                rows = [(f"{section} set-up", lambda e=e: (_ for _ in ()).throw(e))]
+            for name, fn in rows:
+                recorder.row(name, fn)
+            done = [r for r in recorder.rows if r["section"] == section]
+            report["sections"][section] = done
+            print(f"\n## {section} ({time.perf_counter() - started:.0f} s)\n\n{table(done)}\n", flush=True)
+            (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+    finally:
+        recorder.close()
+    failed = [r["row"] for r in recorder.rows if "error" in r]
+    outside = [r["row"] for r in recorder.rows if r.get("within_tolerance") is False]
+    print(f"{len(recorder.rows)} rows; {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}; "
+          f"{len(outside)} outside the CPU tests' tolerances{': ' + ', '.join(outside) if outside else ''}")
     return 0
 
 

@@ -5,7 +5,8 @@
   (what runs on the CPU) and ``*_triton`` (our own Triton kernels, for CUDA; imported on first use, so Triton
   stays optional);
 - xLSTM: the mLSTM cell (``mlstm``), ``mlstm_chunkwise``;
-- RWKV-7: the generalised delta rule (``rwkv7``), ``rwkv7_chunked``; these two are pure torch on every device.
+- RWKV-7: the generalised delta rule (``rwkv7``): ``rwkv7_chunked`` in torch on every device, and on CUDA
+  flash-linear-attention's chunk kernel where it is installed (``rwkv7.rwkv7`` chooses).
 
 Each op's package holds its references in ``reference.py`` (pure torch, Triton-free, never run in production):
 ``<op>_ref``, the definition an implementation is tested against, and for the recurrences ``<op>_recurrent_ref``,

@@ -189,8 +189,8 @@ def test_backends(model):
         auto = model.forward_chunk(ids, None, ChunkRun(backend="auto"))[0]
         assert torch.equal(auto, model.forward_chunk(ids, None, ChunkRun(backend="torch"))[0])
         assert torch.equal(auto, model.forward_chunk(ids)[0])
-        with pytest.raises(ValueError, match="no Triton kernels"):
-            model.forward_chunk(ids, None, ChunkRun(backend="triton"))
+        with pytest.raises(RuntimeError, match="flash-linear-attention's kernel, on CUDA"):
+            model.forward_chunk(ids, None, ChunkRun(backend="triton"))  # fla's kernel: CUDA only
         with pytest.raises(ValueError, match="backend must be one of"):
             model.forward_chunk(ids, None, ChunkRun(backend="cuda"))
     assert model.delta_controls(torch.tensor([10])) is None and model.context_extension is None
@@ -250,3 +250,45 @@ def test_embedder_runs_rwkv7(tmp_path):
     texts = ["a longer text about recurrent state " * 6, "short"]
     assert_close("V=5 vs V=1000", embedder.encode(texts, vertical_chunk_size=1000),
                  embedder.encode(texts, vertical_chunk_size=5), 1e-5)
+
+
+def _fla_naive_chunk_rwkv7(r, w, k, v, a, b, scale=1.0, initial_state=None, output_final_state=False):
+    """fla's own definition of ``chunk_rwkv7`` on the CPU: its naive ``dplr_recurrence`` (heads first, scaled by
+    d_k ** -0.5, which is undone here) under the chunk kernel's documented layout ([B, T, H, K], state [B, H, K, V])."""
+    from fla.ops.generalized_delta_rule.dplr.naive import dplr_recurrence
+
+    heads_first = lambda t: t.transpose(1, 2).float()  # noqa: E731
+    q = heads_first(r) * scale * r.shape[-1] ** 0.5
+    o, state = dplr_recurrence(q, heads_first(k), heads_first(v), heads_first(a), heads_first(b), heads_first(w),
+                               initial_state=None if initial_state is None else initial_state.float())
+    return o.transpose(1, 2), state
+
+
+def test_fla_path_maps_recembs_layout_onto_flas_definition(monkeypatch):
+    """RWKV-7 on CUDA runs fla's chunk kernel: with fla's own definition of that kernel standing in for it (its
+    naive recurrence; the kernel itself is checked against the torch form in the GPU run), ``rwkv7(...,
+    backend="triton")`` equals the chunked torch form: arguments, state layout and scale are mapped right."""
+    pytest.importorskip("fla")
+    import fla.ops.rwkv7 as fla_rwkv7
+
+    from recemb.kernels.rwkv7 import fla as fla_path
+    from recemb.kernels.rwkv7 import rwkv7, rwkv7_chunked
+
+    gen = torch.Generator().manual_seed(3)
+    bsz, l, h, n = 2, 23, 3, 8
+    r, k = torch.randn(bsz, l, h, n, generator=gen), torch.randn(bsz, l, h, n, generator=gen) * 0.5
+    v = torch.randn(bsz, l, h, n, generator=gen)
+    w = -torch.rand(bsz, l, h, n, generator=gen) * 2 - 0.01
+    kk = torch.nn.functional.normalize(torch.randn(bsz, l, h, n, generator=gen), dim=-1)
+    a, b = -kk, kk * torch.rand(bsz, l, h, n, generator=gen)
+    state = torch.randn(bsz, h, n, n, generator=gen) * 0.1
+    monkeypatch.setattr(fla_rwkv7, "chunk_rwkv7", _fla_naive_chunk_rwkv7)
+    monkeypatch.setattr(fla_path, "fla_available", lambda: True)
+    o_torch, s_torch = rwkv7_chunked(r, w, k, v, a, b, initial_state=state)
+    o_fla, s_fla = fla_path.rwkv7_fla(r, w, k, v, a, b, initial_state=state)
+    assert_close("o", o_torch, o_fla, 1e-5)
+    assert_close("final state", s_torch, s_fla, 1e-5)
+    # On the CPU "auto" never takes fla's path, and "triton" says why it cannot.
+    assert torch.equal(rwkv7(r, w, k, v, a, b, state)[0], o_torch)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        rwkv7(r, w, k, v, a, b, state, backend="triton")

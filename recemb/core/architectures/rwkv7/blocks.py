@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from recemb.core.architectures.rwkv7.config import RWKV7Config
 from recemb.core.architectures.rwkv7.state import RWKV7LayerState
-from recemb.kernels.rwkv7 import rwkv7_chunked
+from recemb.kernels.rwkv7 import rwkv7
 
 __all__ = ["DECAY_SCALE", "LoRA", "MIX_NAMES", "RWKV7Block", "RWKV7ChannelMix", "RWKV7TimeMix"]
 
@@ -68,10 +68,10 @@ class RWKV7TimeMix(nn.Module):
         self.g_norm = nn.GroupNorm(h, d, eps=c.group_norm_eps)
 
     def forward(self, x: torch.Tensor, shift: torch.Tensor | None, wkv: torch.Tensor | None,
-                v_first: torch.Tensor | None, chunk_size: int
+                v_first: torch.Tensor | None, chunk_size: int, backend: str = "torch"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: (b, l, d) the normed input; shift (b, d) and wkv (b, h, n, n) the carried state (None: start);
-        v_first (b, l, d): layer 0's values (None at layer 0).
+        v_first (b, l, d): layer 0's values (None at layer 0); backend: the recurrence's (``kernels.rwkv7.rwkv7``).
         Return: out (b, l, d), the new wkv state, v_first."""
         bsz, l, d = x.shape
         h, n = self.num_heads, self.head_dim
@@ -93,8 +93,8 @@ class RWKV7TimeMix(nn.Module):
         k = k * (1 + (a - 1) * self.k_a)
 
         heads = lambda t: t.view(bsz, l, h, n)  # noqa: E731
-        o, wkv = rwkv7_chunked(heads(r), heads(w), heads(k), heads(v), -kk, kk * heads(a), initial_state=wkv,
-                               chunk_size=chunk_size)  # o (b, l, h, n), wkv (b, h, n, n): fp32 (fp64)
+        o, wkv = rwkv7(heads(r), heads(w), heads(k), heads(v), -kk, kk * heads(a), initial_state=wkv,
+                       chunk_size=chunk_size, backend=backend)  # o (b, l, h, n), wkv (b, h, n, n): fp32 (fp64)
         o = F.group_norm(o.reshape(bsz * l, d), h, self.g_norm.weight.to(fp), self.g_norm.bias.to(fp),
                          self.group_norm_eps).view(bsz, l, h, n).to(x.dtype)
         o = o + (heads(r) * heads(k) * self.r_k).sum(-1, keepdim=True) * heads(v)  # the per-head "bonus"
@@ -126,12 +126,12 @@ class RWKV7Block(nn.Module):
         self.ffn = RWKV7ChannelMix(config)
 
     def forward(self, h: torch.Tensor, state: RWKV7LayerState | None, v_first: torch.Tensor | None,
-                chunk_size: int) -> tuple[torch.Tensor, RWKV7LayerState, torch.Tensor]:
+                chunk_size: int, backend: str = "torch") -> tuple[torch.Tensor, RWKV7LayerState, torch.Tensor]:
         if hasattr(self, "pre_norm"):
             h = self.pre_norm(h)
         x = self.attn_norm(h)
         out, wkv, v_first = self.attn(x, None if state is None else state.attn_shift,
-                                      None if state is None else state.wkv, v_first, chunk_size)
+                                      None if state is None else state.wkv, v_first, chunk_size, backend)
         h = h + out
         y = self.ffn_norm(h)
         h = h + self.ffn(y, None if state is None else state.ffn_shift)

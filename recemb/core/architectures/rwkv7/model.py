@@ -32,16 +32,14 @@ class RWKV7Encoder(RecurrentEncoder):
     def forward_chunk(self, input_ids: torch.Tensor, states: RWKV7State | None = None,
                       run: ChunkRun | None = None) -> tuple[torch.Tensor, RWKV7State]:
         """input_ids (b, l); states: one RWKV7LayerState per layer before this chunk (None: the start).
-        run.backend: "auto" and "torch" run the chunked torch form on any device (there are no Triton kernels
-        for RWKV-7); run.chunk_size: its chunk length (None: the config's); workspace and deltas are not
-        used.
+        run.backend: "torch" runs the chunked torch form on any device; "auto" runs flash-linear-attention's
+        chunk kernel on CUDA when it is installed, the torch form otherwise; "triton" asks for fla's kernel
+        (``recemb.kernels.rwkv7.rwkv7``); run.chunk_size: the torch form's chunk length (None: the config's);
+        workspace and deltas are not used.
         Return: the residual stream after the last layer (b, l, d), before ln_out, and the new states."""
         run = run if run is not None else ChunkRun()
         if run.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {run.backend!r}")
-        if run.backend == "triton":
-            raise ValueError('RWKV-7 has no Triton kernels in recemb: use backend="torch" or "auto" (both '
-                             "run the chunked torch form, on any device)")
         if states is not None and len(states) != len(self.layers):
             raise ValueError(f"states has {len(states)} layers, the model {len(self.layers)}")
         chunk_size = run.chunk_size if run.chunk_size is not None else self.config.chunk_size
@@ -49,7 +47,7 @@ class RWKV7Encoder(RecurrentEncoder):
         v_first = None
         new_states: RWKV7State = []
         for i, layer in enumerate(self.layers):
-            h, s, v_first = layer(h, None if states is None else states[i], v_first, chunk_size)
+            h, s, v_first = layer(h, None if states is None else states[i], v_first, chunk_size, run.backend)
             new_states.append(s)
         return h, new_states
 

@@ -1,0 +1,84 @@
+"""The prepared GPU run (benchmarks/gpu_check.py) works before a GPU is there: every section and row runs at tiny
+shapes on the CPU under the Triton interpreter, a failing row is recorded and the run goes on, and every row reaches
+the results file as it is made."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+INJECTED = "conv1d smoke bf16"
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_check")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(out), "--fail-row", INJECTED],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    logged = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
+    return report, logged, result.stdout
+
+
+def test_every_section_runs_and_every_row_reaches_the_log(smoke):
+    report, logged, stdout = smoke
+    assert set(report["sections"]) == {"kernels", "ssd_timing", "encoder", "scale", "bundled"}
+    scale = report["sections"]["scale"]
+    assert all(r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in scale) and {r["rows"] for r in scale} == {1, 8}
+    bundled = {r["row"]: r for r in report["sections"]["bundled"]}
+    assert bundled["bundled model fp32 vs CPU"]["lowest_cosine"] > 0.9999  # the same device: the same vectors
+    assert bundled["MiniLM-shaped BERT, 256-token chunks"]["tokens_per_s"] > 0
+    rows = [r for section in report["sections"].values() for r in section]
+    assert rows == logged and all("seconds" in r for r in rows)
+    kernels = {r["row"].split()[0] for r in report["sections"]["kernels"]}
+    assert kernels == {"ssd", "conv1d", "gated_norm", "rwkv7"}  # every Triton kernel, in fp32 and bf16
+    rwkv7 = [r for r in report["sections"]["kernels"] if r["row"].startswith("rwkv7")]
+    assert all("CUDA" in r["skipped"] for r in rwkv7)  # fla's kernel: skipped on the CPU, with the reason
+    assert {r["row"].split()[2] for r in report["sections"]["kernels"]} >= {"fp32", "bf16"}
+    assert "## encoder" in stdout and "| row |" in stdout  # markdown tables
+
+
+def test_a_failing_row_is_recorded_and_the_run_goes_on(smoke):
+    report, logged, stdout = smoke
+    failed = [r for r in logged if "error" in r]
+    assert [r["row"] for r in failed] == [INJECTED] and "injected" in failed[0]["error"]
+    assert "traceback" in failed[0]
+    after = logged[[r["row"] for r in logged].index(INJECTED) + 1:]
+    assert after and {r["section"] for r in after} >= {"ssd_timing", "encoder"}
+    assert f"1 failed: {INJECTED}" in stdout
+
+
+def test_correctness_rows_are_within_the_cpu_tests_tolerances(smoke):
+    report, _, _ = smoke
+    checked = [r for r in report["sections"]["kernels"] if "within_tolerance" in r]
+    skipped = [r for r in report["sections"]["kernels"] if "skipped" in r]
+    assert len(checked) == len(report["sections"]["kernels"]) - 1 - len(skipped)  # all but the injected failure
+    assert all(r["within_tolerance"] for r in checked), [r for r in checked if not r["within_tolerance"]]
+    ssd = [r for r in checked if r["row"].startswith("ssd")]
+    assert ssd and all("y_vs_fp64_loop" in r for r in ssd)  # the smoke shapes are anchored by the token loop
+
+
+def test_a_peer_that_cannot_run_here_is_reported_as_skipped_with_its_reason(smoke):
+    report, _, _ = smoke
+    timing = report["sections"]["ssd_timing"]
+    assert timing and all(isinstance(r.get("mamba_ssm"), str) and "mamba_ssm_ms" not in r for r in timing)
+    assert all(r["triton_ms"] > 0 and r["torch_ms"] > 0 for r in timing)
+
+
+def test_rows_past_a_sections_time_box_are_recorded_as_skipped(tmp_path):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path), "--sections",
+                             "ssd_timing,kernels", "--time-box", "0"], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "gpu_check.jsonl").read_text().splitlines()]
+    assert logged and all("time box" in r["skipped"] for r in logged)
+    assert {r["section"] for r in logged} == {"ssd_timing", "kernels"}
