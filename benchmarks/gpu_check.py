@@ -234,13 +234,31 @@ def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
 
 
 # ----------------------------------------------------------------------------------------------- timing
+PEERS = Path(__file__).resolve().parent / ".peers"  # benchmarks/fetch_peers.py puts mamba_ssm's Triton ops here
+
+
 def mamba_ssm_scan():
-    """mamba_ssm's ``mamba_chunk_scan_combined``, or the reason it cannot run here."""
+    """mamba_ssm's ``mamba_chunk_scan_combined`` (an installed mamba_ssm, else its Triton ops as source in
+    ``PEERS``), or the reason it cannot run here. The source folder is on ``sys.path`` only for this import, and
+    its modules are dropped from ``sys.modules`` after it, so transformers (which takes another path when it finds
+    mamba_ssm) never sees them; the function keeps its own references."""
     try:
         from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-    except Exception as e:  # not installed (never on CPU machines), or no CUDA extension
-        return None, f"mamba_ssm not importable: {type(e).__name__}: {e}"[:200]
-    return mamba_chunk_scan_combined, None
+        return mamba_chunk_scan_combined, None
+    except Exception as installed:  # not installed (never on CPU machines), or no CUDA extension
+        reason = f"mamba_ssm not importable: {type(installed).__name__}: {installed}"[:200]
+    if not (PEERS / "mamba_ssm").is_dir():
+        return None, reason + "; run benchmarks/fetch_peers.py for its Triton ops as source"
+    sys.path.insert(0, str(PEERS))
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+        return mamba_chunk_scan_combined, None
+    except Exception as e:
+        return None, f"mamba_ssm's Triton ops from {PEERS}: {type(e).__name__}: {e}"[:200]
+    finally:
+        sys.path.remove(str(PEERS))
+        for name in [m for m in sys.modules if m == "mamba_ssm" or m.startswith("mamba_ssm.")]:
+            del sys.modules[name]
 
 
 def ssd_timing_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
@@ -256,8 +274,10 @@ def ssd_timing_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
                 out = dict(T=T, dtype=str(dtype).replace("torch.", ""),
                            triton_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="triton", **kw), device),
                            torch_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="torch", **kw), device))
-                if peer is None or device.type != "cuda":
-                    out["mamba_ssm"] = why_not or "skipped: mamba_ssm's kernels need CUDA"
+                if peer is None:
+                    out["mamba_ssm"] = why_not
+                elif device.type != "cuda":
+                    out["mamba_ssm"] = "imported; its kernels select a CUDA device (torch.cuda.device), GPU only"
                 else:
                     out["mamba_ssm_ms"] = 1e3 * timed(lambda: peer(*args, **kw), device)
                     out["triton_over_mamba_ssm"] = out["triton_ms"] / out["mamba_ssm_ms"]
