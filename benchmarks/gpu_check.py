@@ -214,6 +214,34 @@ def rwkv7_row(h: int, n: int, l: int, device) -> dict:
     return row
 
 
+def mlstm_row(h: int, dk: int, dv: int, l: int, device) -> dict:
+    """xLSTM's mLSTM through the mlstm_kernels package's Triton kernel against recemb's chunkwise torch form and,
+    for short inputs, the fp64 token loop (fp32 inputs, initial state carried, odd lengths padded)."""
+    from recemb.kernels.mlstm import mlstm_chunkwise, mlstm_kernels_available, mlstm_recurrent_ref, mlstm_xl_chunk
+
+    if device.type != "cuda" or not mlstm_kernels_available():
+        return {"skipped": "the mlstm_kernels package's kernel needs CUDA and the package"}
+    gen = torch.Generator().manual_seed(6)
+    q, k = torch.randn(2, l, h, dk, generator=gen), torch.randn(2, l, h, dk, generator=gen)
+    v = torch.randn(2, l, h, dv, generator=gen)
+    i, f = torch.randn(2, l, h, generator=gen), torch.randn(2, l, h, generator=gen) + 2
+    state = (torch.randn(2, h, dk, dv, generator=gen) * 0.1, torch.randn(2, h, dk, generator=gen) * 0.1,
+             torch.randn(2, h, generator=gen) * 0.1)
+    args = [t.to(device) for t in (q, k, v, i, f)]
+    on_device = tuple(t.to(device) for t in state)
+    y_ker, s_ker = mlstm_xl_chunk(*args, initial_state=on_device)
+    y_tor, s_tor = mlstm_chunkwise(*args, initial_state=on_device)
+    tol = TOLERANCES["ssd"][torch.float32]
+    row = dict(h_vs_torch=rel(y_tor, y_ker), C_vs_torch=rel(s_tor[0], s_ker[0]), tolerance=tol,
+               kernel_ms=1e3 * timed(lambda: mlstm_xl_chunk(*args, initial_state=on_device), device),
+               torch_ms=1e3 * timed(lambda: mlstm_chunkwise(*args, initial_state=on_device), device))
+    if l <= 1000:
+        y_ref, s_ref = mlstm_recurrent_ref(q, k, v, i, f, initial_state=state)
+        row.update(h_vs_fp64_loop=rel(y_ref, y_ker), C_vs_fp64_loop=rel(s_ref[0], s_ker[0]))
+    row["within_tolerance"] = all(v <= tol for key, v in row.items() if key.endswith(("_torch", "_loop")))
+    return row
+
+
 def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
     configs = {"smoke": SMOKE_CONFIG} if smoke else CONFIGS
     lengths = [37] if smoke else [1000, 4099]  # neither a multiple of the chunk
@@ -228,6 +256,10 @@ def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
             yield f"conv1d {label} {short}", lambda cfg=cfg, dtype=dtype: conv_row(cfg, lengths[-1], dtype, device)
             yield f"gated_norm {label} {short}", lambda cfg=cfg, dtype=dtype: norm_row(cfg, lengths[-1], dtype,
                                                                                       device)
+    # xLSTM-7B's mLSTM shape (8 heads, qk 256, v 512) on the mlstm_kernels package's kernel.
+    for l in lengths:
+        yield f"mlstm xl_chunk fp32 l={l}", lambda l=l: mlstm_row(2 if smoke else 8, 8 if smoke else 256,
+                                                                  16 if smoke else 512, l, device)
     # RWKV-7 (the paper's 1.5B-class shape: 32 heads of 64) on flash-linear-attention's kernel.
     for l in lengths:
         yield f"rwkv7 fla fp32 l={l}", lambda l=l: rwkv7_row(2 if smoke else 32, 8 if smoke else 64, l, device)

@@ -4,7 +4,8 @@
   dispatcher (``ssd_chunk_scan``, ``causal_conv1d``, ``gated_rms_norm``) over two production paths, ``*_torch``
   (what runs on the CPU) and ``*_triton`` (our own Triton kernels, for CUDA; imported on first use, so Triton
   stays optional);
-- xLSTM: the mLSTM cell (``mlstm``), ``mlstm_chunkwise``;
+- xLSTM: the mLSTM cell (``mlstm``): ``mlstm_chunkwise`` in torch on every device, and on CUDA the mlstm_kernels
+  package's kernel where it is installed (``mlstm.mlstm`` chooses);
 - RWKV-7: the generalised delta rule (``rwkv7``): ``rwkv7_chunked`` in torch on every device, and on CUDA
   flash-linear-attention's chunk kernel where it is installed (``rwkv7.rwkv7`` chooses).
 

@@ -271,7 +271,7 @@ def test_errors_name_the_problem(pair, tmp_path):
     from recemb.core.loading import CheckpointError
 
     ref, ours, folder = pair
-    with pytest.raises(ValueError, match="no Triton kernels"):
+    with pytest.raises(RuntimeError, match="mlstm_kernels package's kernel, on CUDA"):
         ours.forward_chunk(torch.ones(1, 3, dtype=torch.long), None, ChunkRun(backend="triton"))
     with pytest.raises(ValueError, match="backend must be"):
         ours.forward_chunk(torch.ones(1, 3, dtype=torch.long), None, ChunkRun(backend="cuda"))
@@ -339,3 +339,29 @@ def test_config_round_trip():
     seven = xlstm.XLSTMConfig.from_transformers_dict({"model_type": "xlstm", "embedding_dim": 256, "num_blocks": 3,
                                                       "num_heads": 4, "vocab_size": 10})
     assert (seven.hidden_size, seven.num_hidden_layers, seven.qk_head_dim, seven.v_head_dim) == (256, 3, 32, 64)
+
+
+@pytest.mark.parametrize("l", [48, 37, 1])
+def test_mlstm_kernels_path_maps_recembs_layout_and_pads_odd_lengths(monkeypatch, l):
+    """xLSTM on CUDA runs the mlstm_kernels package's Triton kernel. With that package's own chunkwise torch kernel
+    (the same signature, runnable on the CPU) standing in for it, ``mlstm_xl_chunk`` equals the chunkwise torch
+    form: heads-first layout, gates, state (the stabiliser's extra axis) and the padding of a length that is not a
+    multiple of the kernel's chunk (padded tokens leave the state as it is)."""
+    native = pytest.importorskip("mlstm_kernels.torch.chunkwise.native")
+    from recemb.kernels.mlstm import mlstm, mlstm_chunkwise, xl_chunk
+
+    monkeypatch.setattr(xl_chunk, "_xl_chunk_kernel", lambda: native.mlstm_chunkwise__native_autograd)
+    gen = torch.Generator().manual_seed(5)
+    b, h, dk, dv = 2, 3, 8, 16
+    q, k = torch.randn(b, l, h, dk, generator=gen), torch.randn(b, l, h, dk, generator=gen)
+    v = torch.randn(b, l, h, dv, generator=gen)
+    i, f = torch.randn(b, l, h, generator=gen), torch.randn(b, l, h, generator=gen) + 2
+    state = (torch.randn(b, h, dk, dv, generator=gen) * 0.1, torch.randn(b, h, dk, generator=gen) * 0.1,
+             torch.randn(b, h, generator=gen) * 0.1)
+    y_torch, s_torch = mlstm_chunkwise(q, k, v, i, f, chunk_size=16, initial_state=state)
+    y_kernel, s_kernel = xl_chunk.mlstm_xl_chunk(q, k, v, i, f, initial_state=state)
+    assert_close("h", y_torch, y_kernel, 1e-5)
+    for name, a, z in zip(("C", "n", "m"), s_torch, s_kernel):
+        assert a.shape == z.shape
+        assert_close(name, a, z, 1e-5)
+    assert torch.equal(mlstm(q, k, v, i, f, 16, state)[0], y_torch)  # "auto" on the CPU: the torch form

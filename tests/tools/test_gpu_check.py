@@ -39,9 +39,9 @@ def test_every_section_runs_and_every_row_reaches_the_log(smoke):
     rows = [r for section in report["sections"].values() for r in section]
     assert rows == logged and all("seconds" in r for r in rows)
     kernels = {r["row"].split()[0] for r in report["sections"]["kernels"]}
-    assert kernels == {"ssd", "conv1d", "gated_norm", "rwkv7"}  # every Triton kernel, in fp32 and bf16
-    rwkv7 = [r for r in report["sections"]["kernels"] if r["row"].startswith("rwkv7")]
-    assert all("CUDA" in r["skipped"] for r in rwkv7)  # fla's kernel: skipped on the CPU, with the reason
+    assert kernels == {"ssd", "conv1d", "gated_norm", "rwkv7", "mlstm"}  # every Triton kernel, fp32 and bf16
+    peers = [r for r in report["sections"]["kernels"] if r["row"].startswith(("rwkv7", "mlstm"))]
+    assert all("CUDA" in r["skipped"] for r in peers)  # fla's and mlstm_kernels': skipped on the CPU, with why
     assert {r["row"].split()[2] for r in report["sections"]["kernels"]} >= {"fp32", "bf16"}
     assert "## encoder" in stdout and "| row |" in stdout  # markdown tables
 

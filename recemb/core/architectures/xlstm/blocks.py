@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from recemb.core.architectures.xlstm.config import XLSTMConfig
 from recemb.core.architectures.xlstm.state import XLSTMLayerState
-from recemb.kernels.mlstm import mlstm_chunkwise
+from recemb.kernels.mlstm import mlstm
 
 __all__ = ["MLSTMLayer", "XLSTMBlock", "XLSTMFeedForward", "XLSTMMultiHeadLayerNorm", "XLSTMRMSNorm"]
 
@@ -74,9 +74,10 @@ class MLSTMLayer(nn.Module):
                                                       c.norm_reduction_force_float32)
         self.out_proj = nn.Linear(c.v_dim, d, bias=bias)
 
-    def forward(self, x: torch.Tensor, state: XLSTMLayerState | None, chunk_size: int
+    def forward(self, x: torch.Tensor, state: XLSTMLayerState | None, chunk_size: int, backend: str = "torch"
                 ) -> tuple[torch.Tensor, XLSTMLayerState]:
-        """x (b, l, d) normed input; state before token 0 of x (None: start of the sequence).
+        """x (b, l, d) normed input; state before token 0 of x (None: start of the sequence); backend: the mLSTM's
+        (``kernels.mlstm.mlstm``).
         Return (b, l, d) in x.dtype and the state after the last token."""
         b, l, _ = x.shape
         c = self.config
@@ -85,10 +86,10 @@ class MLSTMLayer(nn.Module):
         i, f = self.igate_preact(x), self.fgate_preact(x)  # (b, l, h)
         if cap is not None:
             i, f = cap * torch.tanh(i / cap), cap * torch.tanh(f / cap)
-        y, (C, n, m) = mlstm_chunkwise(
+        y, (C, n, m) = mlstm(
             self.q(x).view(b, l, nh, c.qk_head_dim), self.k(x).view(b, l, nh, c.qk_head_dim),
             self.v(x).view(b, l, nh, c.v_head_dim), i, f, chunk_size=chunk_size,
-            initial_state=None if state is None else tuple(state), eps=c.eps,
+            initial_state=None if state is None else tuple(state), eps=c.eps, backend=backend,
         )  # y (b, l, h, dv) in fp32 (fp64 for an fp64 model)
         y = self.multihead_norm(y, x.dtype)  # (b, l, v_dim)
         return self.out_proj(torch.sigmoid(self.ogate_preact(x)) * y), XLSTMLayerState(C, n, m)
@@ -119,8 +120,8 @@ class XLSTMBlock(nn.Module):
         self.norm_ffn = XLSTMRMSNorm(c.hidden_size, c.norm_eps, c.use_bias, c.norm_reduction_force_float32)
         self.ffn = XLSTMFeedForward(c)
 
-    def forward(self, x: torch.Tensor, state: XLSTMLayerState | None, chunk_size: int
+    def forward(self, x: torch.Tensor, state: XLSTMLayerState | None, chunk_size: int, backend: str = "torch"
                 ) -> tuple[torch.Tensor, XLSTMLayerState]:
-        out, state = self.mlstm_layer(self.norm_mlstm(x), state, chunk_size)
+        out, state = self.mlstm_layer(self.norm_mlstm(x), state, chunk_size, backend)
         x = x + out
         return x + self.ffn(self.norm_ffn(x)), state

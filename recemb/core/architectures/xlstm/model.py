@@ -35,15 +35,13 @@ class XLSTMEncoder(RecurrentEncoder):
         """input_ids (b, l); states: one ``XLSTMLayerState`` per block before this chunk (None: the start).
         Return the residual stream after the last block (b, l, d), before the final norm, and the new states.
 
-        run.backend: "auto" and "torch" run the torch chunkwise form on any device; "triton" is an error (no
-        Triton kernels for xLSTM). run.chunk_size: the chunkwise form's chunk length (None: config.chunk_size).
+        run.backend: "torch" runs the chunkwise torch form on any device; "auto" runs the mlstm_kernels package's
+        Triton kernel on CUDA when it is installed, the torch form otherwise; "triton" asks for that kernel
+        (``recemb.kernels.mlstm.mlstm``). run.chunk_size: the torch form's chunk length (None: config.chunk_size).
         run.workspace is not used; run.deltas must be None (no context extension).
         """
         run = run or ChunkRun()
-        if run.backend == "triton":
-            raise ValueError("xLSTM has no Triton kernels: use backend='auto' or 'torch' (its chunkwise torch form "
-                             "runs on every device)")
-        if run.backend not in ("auto", "torch"):
+        if run.backend not in ("auto", "torch", "triton"):
             raise ValueError(f"backend must be one of ('auto', 'torch', 'triton'), got {run.backend!r}")
         if run.deltas is not None and any(d is not None for d in run.deltas):
             raise ValueError("xLSTM has no context extension (deltas must be None)")
@@ -53,7 +51,7 @@ class XLSTMEncoder(RecurrentEncoder):
         h = self.embeddings(input_ids)  # (b, l, d)
         new_states: XLSTMState = []
         for i, block in enumerate(self.blocks):
-            h, s = block(h, None if states is None else states[i], chunk_size)
+            h, s = block(h, None if states is None else states[i], chunk_size, run.backend)
             new_states.append(s)
         return h, new_states
 
