@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 
 import torch
@@ -20,6 +21,16 @@ def triton_available() -> bool:
     try:
         import triton  # noqa: F401
     except ImportError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def importable(module: str) -> bool:
+    """Whether ``module`` imports here (an optional kernel package: not installed, or without a usable Triton)."""
+    try:
+        importlib.import_module(module)
+    except Exception:
         return False
     return True
 

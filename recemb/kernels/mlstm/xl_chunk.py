@@ -11,11 +11,9 @@ mlstm_kernels imports, and the chunkwise torch form everywhere else; "triton" as
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from recemb.kernels._backend import BACKENDS
+from recemb.kernels._backend import BACKENDS, importable
 from recemb.kernels.mlstm.chunkwise import DEFAULT_CHUNK_SIZE, MLSTMState, mlstm_chunkwise
 
 __all__ = ["XL_CHUNK", "mlstm", "mlstm_kernels_available", "mlstm_xl_chunk"]
@@ -24,13 +22,8 @@ XL_CHUNK = 64  # the kernel's chunk: lengths are padded to a multiple of it
 _CLOSED = 1e4  # a gate pre-activation whose exp / log-sigmoid is exactly 0 in fp32
 
 
-@functools.lru_cache(maxsize=None)
 def mlstm_kernels_available() -> bool:
-    try:
-        from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk  # noqa: F401
-    except Exception:  # not installed, or no usable Triton
-        return False
-    return True
+    return importable("mlstm_kernels.torch.chunkwise.triton_xl_chunk")
 
 
 def _xl_chunk_kernel():

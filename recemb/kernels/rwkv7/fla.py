@@ -10,23 +10,16 @@ the chunked torch form everywhere else; "triton" asks for fla's kernels and fail
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from recemb.kernels._backend import BACKENDS
+from recemb.kernels._backend import BACKENDS, importable
 from recemb.kernels.rwkv7.chunked import rwkv7_chunked
 
 __all__ = ["fla_available", "rwkv7", "rwkv7_fla"]
 
 
-@functools.lru_cache(maxsize=None)
 def fla_available() -> bool:
-    try:
-        from fla.ops.rwkv7 import chunk_rwkv7  # noqa: F401
-    except Exception:  # not installed, or no usable Triton
-        return False
-    return True
+    return importable("fla.ops.rwkv7")
 
 
 def rwkv7_fla(r, w, k, v, a, b, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
