@@ -113,7 +113,12 @@ Write = (Upsert | DeleteStalePassages | DeleteDocuments | DeletePoints | SetMeta
 
 
 def apply(store: Store, collection: str, write: Write) -> None:
-    """Make ``write`` in ``collection`` of ``store``: the one place where a write becomes a store call."""
+    """Make ``write`` in ``collection`` of ``store``: the one place where a write becomes a store call. A deletion
+    that names nothing deletes nothing: its filter would have no condition left, and an empty filter matches every
+    point."""
+    if isinstance(write, (DeleteStalePassages, DeleteDocuments, DeletePoints)) and not (
+            getattr(write, "documents", None) or getattr(write, "document_ids", None) or getattr(write, "ids", None)):
+        return
     if isinstance(write, Upsert):
         store.upsert(collection, list(write.points))
     elif isinstance(write, DeleteStalePassages):

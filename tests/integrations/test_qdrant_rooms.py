@@ -26,13 +26,16 @@ from recemb_integrations.qdrant.plan import (  # noqa: E402
     StoredDocuments,
     plan_sync,
 )
+from recemb_integrations.qdrant.points import point_id  # noqa: E402
 from recemb_integrations.qdrant.record import NO_PASSAGES, ModelFacts, decide_settings  # noqa: E402
 from recemb_integrations.qdrant.writes import (  # noqa: E402
     DeleteDocuments,
+    DeletePoints,
     DeleteStalePassages,
     SetMetadata,
     StampRoot,
     Upsert,
+    apply,
 )
 from recemb_integrations.stores import open_store  # noqa: E402
 
@@ -197,6 +200,22 @@ class Collecting:
 def snapshot(store, collection="docs"):
     points, _ = store.scroll(collection, limit=10_000, with_payload=True, with_vectors=True)
     return {p.id: (p.payload, p.vector) for p in points}
+
+
+@pytest.mark.parametrize("kind", ["local", "edge"])
+def test_a_deletion_that_names_nothing_deletes_nothing(tmp_path, tiny_embedder, kind):
+    """An empty deletion would become a filter without conditions, which matches every point: it is a no-op."""
+    if kind == "edge":
+        pytest.importorskip("qdrant_edge")
+    with open_store(path=tmp_path / "s", kind=kind) as store:
+        QdrantSync(store, "docs", tiny_embedder, passage_tokens=6, passage_overlap=2).sync(DOCS)
+        before = store.count("docs")
+        for write in (DeleteStalePassages(()), DeleteDocuments((), None), DeleteDocuments((), "root"),
+                      DeletePoints(())):
+            apply(store, "docs", write)
+            assert store.count("docs") == before, write
+        apply(store, "docs", DeletePoints((point_id("d0.txt"),)))  # a named one still goes
+        assert store.count("docs") == before - 1
 
 
 @pytest.mark.parametrize("kind", ["local", "edge"])
