@@ -90,6 +90,16 @@ def passages_of(store, collection, doc_id):
     return sorted(points, key=lambda p: p.payload["passage"])
 
 
+def stream_every_text(monkeypatch):
+    """Every text goes through the windowed stream, in many pieces of 40 characters."""
+    import recemb.core.embedder as embedder_module
+
+    monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 8)
+    real = TextTokenizer.encode_stream
+    monkeypatch.setattr(TextTokenizer, "encode_stream",
+                        lambda self, text, window_chars=40, **k: real(self, text, window_chars=40, **k))
+
+
 def whole_offsets(embedder, text):
     """The tokenizer's own offsets of every token of the text (the independent reference)."""
     enc = embedder.tokenizer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -100,14 +110,9 @@ def whole_offsets(embedder, text):
 def test_each_passage_is_its_tokens_original_characters(kind_embedder, tmp_path, monkeypatch, streamed):
     kind, emb = kind_embedder
     if streamed:  # every text goes through the windowed stream, in many pieces
-        import recemb.core.embedder as embedder_module
-
         if not emb.tokenizer.streamable:
             pytest.skip(f"{kind} is not streamable")
-        monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 8)
-        real = TextTokenizer.encode_stream
-        monkeypatch.setattr(TextTokenizer, "encode_stream",
-                            lambda self, text, window_chars=40, **k: real(self, text, window_chars=40, **k))
+        stream_every_text(monkeypatch)
     size, overlap = 12, 3
     docs = [Document(f"d{i}", t) for i, t in enumerate(TEXTS)]
     with make_store("edge", tmp_path / "store") as store:
@@ -307,12 +312,7 @@ def test_each_way_of_embedding_long_documents_gives_the_vectors_it_promises(tiny
 
     emb = tiny_embedder
     if streamed:
-        import recemb.core.embedder as embedder_module
-
-        monkeypatch.setattr(embedder_module, "STREAM_MIN_CHARS", 8)
-        real = TextTokenizer.encode_stream
-        monkeypatch.setattr(TextTokenizer, "encode_stream",
-                            lambda self, text, window_chars=40, **k: real(self, text, window_chars=40, **k))
+        stream_every_text(monkeypatch)
     size, overlap = 12, 3
     docs = [Document(f"d{i}", t) for i, t in enumerate(TEXTS)]
     eos = emb.tokenizer.eos_token_id
