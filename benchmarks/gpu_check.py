@@ -1,13 +1,17 @@
 """One prepared GPU run: correctness of our Triton kernels on CUDA, then SSD and encoder timings and memory.
 
-    python3 benchmarks/gpu_check.py --out $OUT     # on a CUDA machine (target: at most 7 minutes on an H100/H200)
+    bash benchmarks/gpu_run.sh OUT                 # on a CUDA machine (at most 7 minutes on an H100/H200); it sets
+                                                   # up what benchmarks/fetch_peers.py fetched, then runs this
     TRITON_INTERPRET=1 python3 benchmarks/gpu_check.py --smoke --out /tmp/g   # tiny shapes on the CPU: the script
 
 GPU time comes in short windows and a machine can stop mid-run, so the run is built to bring back what it reached:
 
 - every row runs on its own: an exception is recorded in that row (its type, message and the end of its traceback)
   and the run goes on;
-- every section has a time box (``SECTIONS``): once it is spent, its remaining rows are recorded as skipped;
+- every section has a time box (``SECTIONS``) and the boxes are cumulative: a section must end by the sum of its
+  own box and those before it (time an earlier section left unused passes on, an overrun is taken from the later
+  ones), so the whole run ends within their sum (7 minutes) plus at most one row; rows past the deadline are
+  recorded as skipped;
 - every row is appended to ``gpu_check.jsonl`` in ``--out`` as soon as it is measured (flushed and synced), and
   ``gpu_check.json`` plus the markdown tables are rewritten after each section.
 
@@ -23,6 +27,7 @@ skipped with the reason; ``tests/tools/test_gpu_check.py`` runs it in the test s
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -55,8 +60,11 @@ TOLERANCES = {
     "conv1d": {torch.float32: 1e-6, torch.bfloat16: 1e-2},
     "gated_norm": {torch.float32: 1e-6, torch.bfloat16: 1e-2},
 }
-# Seconds each section may take on the GPU (compilation and autotuning included); the smoke run has no box.
-SECTIONS = {"kernels": 100, "ssd_timing": 60, "encoder": 90, "scale": 120, "bundled": 50}
+# Seconds each section may take on the GPU (compilation and autotuning included), in the order they run: the
+# correctness of the kernels and of the bundled model first, so that a run cut short still brings them back. The
+# boxes are cumulative (a section's deadline is the run's start plus its box and those before it): 7 minutes in all.
+# The smoke run has no box.
+SECTIONS = {"kernels": 120, "bundled": 40, "ssd_timing": 70, "scale": 100, "encoder": 90}
 
 
 def rel(ref: torch.Tensor, got: torch.Tensor) -> float:
@@ -82,24 +90,28 @@ def timed(fn, device: torch.device, repeats: int = 5) -> float:
 
 class Recorder:
     """Runs rows one at a time: each row's result or failure is kept, appended to ``gpu_check.jsonl`` at once, and
-    a section's rows past its time box are recorded as skipped."""
+    rows past their section's deadline are recorded as skipped. The deadlines are cumulative: a section's is the
+    recorder's start plus the boxes of every section started so far, its own included."""
 
     def __init__(self, out: Path, boxes: dict[str, float] | None, fail_rows: set[str] = frozenset()):
         out.mkdir(parents=True, exist_ok=True)
         self.out, self.boxes, self.fail_rows = out, boxes, fail_rows
         self.rows: list[dict] = []
         self.section, self.deadline = "", float("inf")
+        self.started, self.boxed = time.perf_counter(), 0.0
         self._log = open(out / "gpu_check.jsonl", "a", encoding="utf-8")  # noqa: SIM115  (open for the run)
 
     def start(self, section: str) -> None:
         self.section = section
-        self.deadline = time.perf_counter() + self.boxes[section] if self.boxes is not None else float("inf")
+        if self.boxes is not None:
+            self.boxed += self.boxes[section]
+            self.deadline = self.started + self.boxed
 
     def row(self, name: str, fn: Callable[[], dict]) -> dict:
         row = {"section": self.section, "row": name}
         started = time.perf_counter()
         if started > self.deadline:
-            row["skipped"] = f"the section's time box ({self.boxes[self.section]:g} s) was spent"
+            row["skipped"] = f"the run's time boxes up to this section ({self.boxed:g} s) were spent"
         else:
             try:
                 if name in self.fail_rows:  # --fail-row: proves a failing row is recorded and the run goes on
@@ -243,26 +255,39 @@ def mlstm_row(h: int, dk: int, dv: int, l: int, device) -> dict:
 
 
 def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
+    """Breadth first: every kernel once at the smallest config and the shortest length (fp32, then bf16), then the
+    larger configs and lengths, so that a time box spent on compilation loses repeats at larger shapes, not kernels."""
     configs = {"smoke": SMOKE_CONFIG} if smoke else CONFIGS
     lengths = [37] if smoke else [1000, 4099]  # neither a multiple of the chunk
     q = 16 if smoke else 256
-    for label, cfg in configs.items():
+
+    def mamba2_rows(label, cfg, dtype, ls):
+        short = "fp32" if dtype == torch.float32 else "bf16"
+        for l in ls:
+            loop = l <= 1000 and (smoke or cfg["h"] <= 24)  # the fp64 loop: minutes on the big configs
+            yield f"ssd {label} {short} l={l}", lambda l=l, loop=loop: ssd_row(cfg, l, q, dtype, device, loop)
+        yield f"conv1d {label} {short}", lambda: conv_row(cfg, lengths[-1], dtype, device)
+        yield f"gated_norm {label} {short}", lambda: norm_row(cfg, lengths[-1], dtype, device)
+
+    def peer_rows(ls):
+        # xLSTM-7B's mLSTM shape (8 heads, qk 256, v 512) on the mlstm_kernels package's kernel, and RWKV-7 (the
+        # paper's 1.5B-class shape: 32 heads of 64) on flash-linear-attention's kernel.
+        for l in ls:
+            yield f"mlstm xl_chunk fp32 l={l}", lambda l=l: mlstm_row(2 if smoke else 8, 8 if smoke else 256,
+                                                                      16 if smoke else 512, l, device)
+            yield f"rwkv7 fla fp32 l={l}", lambda l=l: rwkv7_row(2 if smoke else 32, 8 if smoke else 64, l, device)
+
+    (first, first_cfg), *larger = configs.items()
+    yield from mamba2_rows(first, first_cfg, torch.float32, lengths[:1])
+    yield from peer_rows(lengths[:1])
+    yield from mamba2_rows(first, first_cfg, torch.bfloat16, lengths[:1])
+    for label, cfg in larger:
         for dtype in (torch.float32, torch.bfloat16):
-            short = "fp32" if dtype == torch.float32 else "bf16"
-            for l in lengths:
-                loop = l <= 1000 and (smoke or cfg["h"] <= 24)  # the fp64 loop: minutes on the big configs
-                yield f"ssd {label} {short} l={l}", lambda cfg=cfg, l=l, dtype=dtype, loop=loop: ssd_row(
-                    cfg, l, q, dtype, device, loop)
-            yield f"conv1d {label} {short}", lambda cfg=cfg, dtype=dtype: conv_row(cfg, lengths[-1], dtype, device)
-            yield f"gated_norm {label} {short}", lambda cfg=cfg, dtype=dtype: norm_row(cfg, lengths[-1], dtype,
-                                                                                      device)
-    # xLSTM-7B's mLSTM shape (8 heads, qk 256, v 512) on the mlstm_kernels package's kernel.
-    for l in lengths:
-        yield f"mlstm xl_chunk fp32 l={l}", lambda l=l: mlstm_row(2 if smoke else 8, 8 if smoke else 256,
-                                                                  16 if smoke else 512, l, device)
-    # RWKV-7 (the paper's 1.5B-class shape: 32 heads of 64) on flash-linear-attention's kernel.
-    for l in lengths:
-        yield f"rwkv7 fla fp32 l={l}", lambda l=l: rwkv7_row(2 if smoke else 32, 8 if smoke else 64, l, device)
+            yield from mamba2_rows(label, cfg, dtype, lengths)
+    if len(lengths) > 1:
+        for dtype in (torch.float32, torch.bfloat16):
+            yield from (row for row in mamba2_rows(first, first_cfg, dtype, lengths[1:]) if row[0].startswith("ssd"))
+        yield from peer_rows(lengths[1:])
 
 
 # ----------------------------------------------------------------------------------------------- timing
@@ -449,7 +474,7 @@ def scale_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
 
     lengths = [64, 256] if smoke else [4096, 16384, 65536]
     V = 32 if smoke else 4096
-    for label, cfg in configs.items():
+    for label, cfg in reversed(configs.items()):  # the 7B-class model first: its 16K row is the MFU target
         for T in lengths:
             if cfg["layers"] >= 64 and T > 16384:
                 continue  # the 7B-class model: 16K tokens is the target row
@@ -460,10 +485,13 @@ def scale_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
 
 # ----------------------------------------------------------------------------------------------- bundled model
 def sample_texts(count: int) -> tuple[list[str], str]:
-    """``count`` documents of a shared IR collection (cisi), or, where the shared data is not there (a GPU machine
-    gets only the repository), the paragraphs of this repository's docs; and where they came from."""
+    """``count`` documents of a shared IR collection (cisi): from the shared data where it is there, else from the
+    sample ``fetch_peers.py`` copied beside the peers (a GPU machine gets only the repository and what is carried);
+    failing both, the paragraphs of this repository's docs. Returns the texts and where they came from."""
     data = Path(os.environ.get("RECEMB_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
     corpus = data / "ir" / "cisi" / "corpus.jsonl"
+    if not corpus.is_file():
+        corpus = PEERS / "cisi.jsonl"
     if corpus.is_file():
         texts = []
         with open(corpus, encoding="utf-8") as f:
@@ -550,8 +578,26 @@ def table(rows: list[dict]) -> str:
                      + ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows])
 
 
-RUNS = {"kernels": kernel_rows, "ssd_timing": ssd_timing_rows, "encoder": encoder_rows, "scale": scale_rows,
-        "bundled": bundled_rows}
+def environment() -> dict[str, str]:
+    """The versions the run's numbers depend on (a package that is not there is reported as such)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": sys.version.split()[0]}
+    for package in ("torch", "triton", "transformers", "flash-linear-attention", "mlstm_kernels"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "not installed"
+    if torch.cuda.is_available():
+        found["cuda"] = str(torch.version.cuda)
+    found["mamba_ssm peer"] = "installed" if importlib.util.find_spec("mamba_ssm") else (
+        "source in benchmarks/.peers" if (PEERS / "mamba_ssm").is_dir() else "absent")
+    return found
+
+
+RUNS = {"kernels": kernel_rows, "bundled": bundled_rows, "ssd_timing": ssd_timing_rows, "scale": scale_rows,
+        "encoder": encoder_rows}
+assert list(RUNS) == list(SECTIONS)
 
 
 def main(argv=None) -> int:
@@ -574,10 +620,17 @@ def main(argv=None) -> int:
         print("no CUDA device: run with --smoke (and TRITON_INTERPRET=1) to check the script on the CPU")
         return 2
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)",
-              "torch": torch.__version__, "smoke": args.smoke, "sections": {}}
+              **environment(), "smoke": args.smoke, "sections": {}}
+    print(" · ".join(f"{k} {v}" for k, v in report.items() if k not in ("smoke", "sections")), flush=True)
     boxes = ({s: args.time_box for s in RUNS} if args.time_box is not None else None if args.smoke
              else dict(SECTIONS))
     recorder = Recorder(args.out, boxes, fail_rows=set(args.fail_row))
+
+    def write_report() -> None:  # after each section, and once more on the way out of a stopped run
+        for section in dict.fromkeys(r["section"] for r in recorder.rows):
+            report["sections"][section] = [r for r in recorder.rows if r["section"] == section]
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+
     try:
         for section in sections:
             recorder.start(section)
@@ -589,11 +642,11 @@ def main(argv=None) -> int:
             for name, fn in rows:
                 recorder.row(name, fn)
             done = [r for r in recorder.rows if r["section"] == section]
-            report["sections"][section] = done
             print(f"\n## {section} ({time.perf_counter() - started:.0f} s)\n\n{table(done)}\n", flush=True)
-            (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+            write_report()
     finally:
         recorder.close()
+        write_report()
     failed = [r["row"] for r in recorder.rows if "error" in r]
     outside = [r["row"] for r in recorder.rows if r.get("within_tolerance") is False]
     print(f"{len(recorder.rows)} rows; {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}; "

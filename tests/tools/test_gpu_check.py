@@ -1,7 +1,8 @@
-"""The prepared GPU run (benchmarks/gpu_check.py) works before a GPU is there: every section and row runs at tiny
-shapes on the CPU under the Triton interpreter, a failing row is recorded and the run goes on, and every row reaches
-the results file as it is made."""
+"""The prepared GPU run (benchmarks/gpu_check.py, launched by benchmarks/gpu_run.sh) works before a GPU is there:
+every section and row runs at tiny shapes on the CPU under the Triton interpreter, a failing row is recorded and the
+run goes on, and every row reaches the results file as it is made."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,25 +13,38 @@ import pytest
 
 pytest.importorskip("triton")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+LAUNCHER = ROOT / "benchmarks" / "gpu_run.sh"
 INJECTED = "conv1d smoke bf16"
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
+    """The launcher the GPU machine runs, with --smoke: it sets the interpreter up and passes the rest through."""
     out = tmp_path_factory.mktemp("gpu_check")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(out), "--fail-row", INJECTED],
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(["bash", str(LAUNCHER), str(out), "--smoke", "--fail-row", INJECTED], cwd=ROOT,
                             capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     logged = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
+    assert (out / "gpu_check.log").read_text() == result.stdout[result.stdout.index("device cpu (smoke)"):]
+    assert "cpus:" in (out / "environment.txt").read_text()
     return report, logged, result.stdout
+
+
+def load_gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_every_section_runs_and_every_row_reaches_the_log(smoke):
     report, logged, stdout = smoke
-    assert set(report["sections"]) == {"kernels", "ssd_timing", "encoder", "scale", "bundled"}
+    assert list(report["sections"]) == ["kernels", "bundled", "ssd_timing", "scale", "encoder"]  # correctness first
+    assert report["triton"] and report["transformers"] and "mamba_ssm peer" in report  # the versions behind it
     scale = report["sections"]["scale"]
     assert all(r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in scale) and {r["rows"] for r in scale} == {1, 8}
     bundled = {r["row"]: r for r in report["sections"]["bundled"]}
@@ -74,11 +88,33 @@ def test_a_peer_that_cannot_run_here_is_reported_as_skipped_with_its_reason(smok
 
 
 def test_rows_past_a_sections_time_box_are_recorded_as_skipped(tmp_path):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path), "--sections",
-                             "ssd_timing,kernels", "--time-box", "0"], capture_output=True, text=True, env=env,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(["bash", str(LAUNCHER), str(tmp_path), "--smoke", "--sections", "ssd_timing,kernels",
+                             "--time-box", "0"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "gpu_check.jsonl").read_text().splitlines()]
     assert logged and all("time box" in r["skipped"] for r in logged)
     assert {r["section"] for r in logged} == {"ssd_timing", "kernels"}
+
+
+def test_time_boxes_are_cumulative_time_left_passes_on_and_an_overrun_is_taken_from_later_sections(tmp_path):
+    gpu_check = load_gpu_check()
+    ran = lambda: {"ran": True}  # noqa: E731
+
+    recorder = gpu_check.Recorder(tmp_path / "slack", {"first": 600.0, "second": 0.0})
+    recorder.start("first")
+    recorder.row("a", ran)
+    recorder.start("second")  # no box of its own, but the first section's unused time passes on
+    assert recorder.row("b", ran) == {"section": "second", "row": "b", "ran": True, "seconds": pytest.approx(0, abs=1)}
+    recorder.close()
+
+    recorder = gpu_check.Recorder(tmp_path / "overrun", {"first": 0.0, "second": 0.0, "third": 600.0})
+    recorder.start("first")
+    assert "spent" in recorder.row("a", ran)["skipped"]
+    recorder.start("second")
+    assert "spent" in recorder.row("b", ran)["skipped"]
+    recorder.start("third")
+    assert recorder.row("c", ran)["ran"]
+    recorder.close()
+    logged = [json.loads(line)["row"] for line in (tmp_path / "overrun" / "gpu_check.jsonl").read_text().splitlines()]
+    assert logged == ["a", "b", "c"]
