@@ -15,6 +15,12 @@ GPU time comes in short windows and a machine can stop mid-run, so the run is bu
 - every row is appended to ``gpu_check.jsonl`` in ``--out`` as soon as it is measured (flushed and synced), and
   ``gpu_check.json`` plus the markdown tables are rewritten after each section.
 
+Before the rows of the kernels, bundled and ssd_timing sections, a "compile ahead" row compiles every Triton kernel
+those rows will launch, every autotuning config, at once on all CPU cores (``triton_ahead.py``): serially, the
+first launches would spend minutes of the window compiling one config after another. ``--compile-for sm_90`` does
+the same on a machine without a GPU, for that GPU, and reports compile time and shared memory per config: the check
+that every kernel compiles as it will on the GPU, which the interpreter cannot make.
+
 Correctness compares, on the same inputs, each Triton kernel with the torch path and the pure-torch reference, at the
 shapes of three Mamba2 configs (``CONFIGS``: 130M-class, 1.3B-class, Codestral-7B-class), fp32 and bf16, with initial
 states and lengths that are not multiples of the chunk, against the tolerances the CPU tests use (``TOLERANCES``).
@@ -34,6 +40,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -46,6 +53,12 @@ from recemb.kernels import (
     ssd_chunk_scan,
     ssd_recurrent_ref,
 )
+from recemb.kernels.conv1d.conv1d_triton import causal_conv1d_triton
+from recemb.kernels.gated_norm.gated_norm_triton import gated_rms_norm_triton
+from recemb.kernels.ssd.triton_combined import ssd_chunk_scan_triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from triton_ahead import compiling_ahead, cuda_target  # noqa: E402
 
 # Mamba2 shapes (heads, head_dim, groups, state, conv width, hidden size, layers) of the checkpoints people run.
 CONFIGS = {
@@ -145,12 +158,16 @@ def ssd_inputs(b, l, h, p, g, n, dtype, device, seed=0):
                 initial_states=r(b, h, p, n) * 0.1)
 
 
-def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool) -> dict:
-    """Our Triton SSD against the torch path (and, for short inputs, the fp64 token loop), with initial states."""
+def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool, ahead: bool = False) -> dict:
+    """Our Triton SSD against the torch path (and, for short inputs, the fp64 token loop), with initial states.
+    ``ahead``: only the Triton call, with the same arguments (what the dispatcher passes it), to compile it ahead."""
     t = ssd_inputs(2, l, cfg["h"], cfg["p"], cfg["g"], cfg["n"], dtype, device)
     kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"],
               out_dtype=torch.float32)
     args = (t["x"], t["dt"], t["A"], t["B"], t["C"], q)
+    if ahead:
+        ssd_chunk_scan_triton(*args, **kw)
+        return {}
     y_tri, s_tri = ssd_chunk_scan(*args, backend="triton", **kw)
     y_tor, s_tor = ssd_chunk_scan(*args, backend="torch", **kw)
     tol = TOLERANCES["ssd"][dtype]
@@ -164,7 +181,7 @@ def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool) -> dict:
     return row
 
 
-def conv_row(cfg: dict, l: int, dtype, device) -> dict:
+def conv_row(cfg: dict, l: int, dtype, device, ahead: bool = False) -> dict:
     """The causal conv1d over the mixer's x|B|C channels, with a carried state; the new state must be exact."""
     channels = cfg["h"] * cfg["p"] + 2 * cfg["g"] * cfg["n"]
     gen = torch.Generator().manual_seed(1)
@@ -172,6 +189,9 @@ def conv_row(cfg: dict, l: int, dtype, device) -> dict:
     weight = torch.randn(channels, cfg["k"], generator=gen).to(device)
     bias = torch.randn(channels, generator=gen).to(device)
     state = torch.randn(2, channels, cfg["k"], generator=gen).to(device)
+    if ahead:
+        causal_conv1d_triton(x, weight, bias, state, "silu")
+        return {}
     y_tri, s_tri = causal_conv1d(x, weight, bias, state, "silu", backend="triton")
     y_tor, _ = causal_conv1d(x, weight, bias, state, "silu", backend="torch")
     y_ref, s_ref = causal_conv1d_ref(x.cpu(), weight.cpu(), bias.cpu(), state.cpu(), "silu")
@@ -182,7 +202,7 @@ def conv_row(cfg: dict, l: int, dtype, device) -> dict:
     return row
 
 
-def norm_row(cfg: dict, l: int, dtype, device) -> dict:
+def norm_row(cfg: dict, l: int, dtype, device, ahead: bool = False) -> dict:
     """The gated RMSNorm per group over the heads' output."""
     d = cfg["h"] * cfg["p"]
     gen = torch.Generator().manual_seed(2)
@@ -190,6 +210,9 @@ def norm_row(cfg: dict, l: int, dtype, device) -> dict:
     z = torch.randn(2, l, d, generator=gen).to(device=device, dtype=dtype)
     weight = torch.randn(d, generator=gen).to(device=device, dtype=dtype)
     group = d // cfg["g"]
+    if ahead:
+        gated_rms_norm_triton(y, z, weight, group)
+        return {}
     tri = gated_rms_norm(y, z, weight, group, backend="triton")
     tor = gated_rms_norm(y, z, weight, group, backend="torch")
     ref = gated_rms_norm_ref(y.cpu(), z.cpu(), weight.cpu(), group)
@@ -199,7 +222,7 @@ def norm_row(cfg: dict, l: int, dtype, device) -> dict:
     return row
 
 
-def rwkv7_row(h: int, n: int, l: int, device) -> dict:
+def rwkv7_row(h: int, n: int, l: int, device, ahead: bool = False) -> dict:
     """RWKV-7's time mixing through flash-linear-attention's chunk kernel against recemb's chunked torch form and,
     for short inputs, the fp64 token loop (fp32 inputs, initial state carried)."""
     from recemb.kernels.rwkv7 import fla_available, rwkv7_chunked, rwkv7_fla, rwkv7_recurrent_ref
@@ -213,6 +236,9 @@ def rwkv7_row(h: int, n: int, l: int, device) -> dict:
     a, b = -kk, kk * torch.rand(2, l, h, n, generator=gen)
     state = torch.randn(2, h, n, n, generator=gen) * 0.1
     args = [t.to(device) for t in (r, w, k, v, a, b)]
+    if ahead:
+        rwkv7_fla(*args, initial_state=state.to(device))
+        return {}
     o_fla, s_fla = rwkv7_fla(*args, initial_state=state.to(device))
     o_tor, s_tor = rwkv7_chunked(*args, initial_state=state.to(device))
     tol = TOLERANCES["ssd"][torch.float32]
@@ -226,7 +252,7 @@ def rwkv7_row(h: int, n: int, l: int, device) -> dict:
     return row
 
 
-def mlstm_row(h: int, dk: int, dv: int, l: int, device) -> dict:
+def mlstm_row(h: int, dk: int, dv: int, l: int, device, ahead: bool = False) -> dict:
     """xLSTM's mLSTM through the mlstm_kernels package's Triton kernel against recemb's chunkwise torch form and,
     for short inputs, the fp64 token loop (fp32 inputs, initial state carried, odd lengths padded)."""
     from recemb.kernels.mlstm import mlstm_chunkwise, mlstm_kernels_available, mlstm_recurrent_ref, mlstm_xl_chunk
@@ -241,6 +267,9 @@ def mlstm_row(h: int, dk: int, dv: int, l: int, device) -> dict:
              torch.randn(2, h, generator=gen) * 0.1)
     args = [t.to(device) for t in (q, k, v, i, f)]
     on_device = tuple(t.to(device) for t in state)
+    if ahead:
+        mlstm_xl_chunk(*args, initial_state=on_device)
+        return {}
     y_ker, s_ker = mlstm_xl_chunk(*args, initial_state=on_device)
     y_tor, s_tor = mlstm_chunkwise(*args, initial_state=on_device)
     tol = TOLERANCES["ssd"][torch.float32]
@@ -265,17 +294,17 @@ def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
         short = "fp32" if dtype == torch.float32 else "bf16"
         for l in ls:
             loop = l <= 1000 and (smoke or cfg["h"] <= 24)  # the fp64 loop: minutes on the big configs
-            yield f"ssd {label} {short} l={l}", lambda l=l, loop=loop: ssd_row(cfg, l, q, dtype, device, loop)
-        yield f"conv1d {label} {short}", lambda: conv_row(cfg, lengths[-1], dtype, device)
-        yield f"gated_norm {label} {short}", lambda: norm_row(cfg, lengths[-1], dtype, device)
+            yield f"ssd {label} {short} l={l}", partial(ssd_row, cfg, l, q, dtype, device, loop)
+        yield f"conv1d {label} {short}", partial(conv_row, cfg, lengths[-1], dtype, device)
+        yield f"gated_norm {label} {short}", partial(norm_row, cfg, lengths[-1], dtype, device)
 
     def peer_rows(ls):
         # xLSTM-7B's mLSTM shape (8 heads, qk 256, v 512) on the mlstm_kernels package's kernel, and RWKV-7 (the
         # paper's 1.5B-class shape: 32 heads of 64) on flash-linear-attention's kernel.
         for l in ls:
-            yield f"mlstm xl_chunk fp32 l={l}", lambda l=l: mlstm_row(2 if smoke else 8, 8 if smoke else 256,
-                                                                      16 if smoke else 512, l, device)
-            yield f"rwkv7 fla fp32 l={l}", lambda l=l: rwkv7_row(2 if smoke else 32, 8 if smoke else 64, l, device)
+            yield f"mlstm xl_chunk fp32 l={l}", partial(mlstm_row, 2 if smoke else 8, 8 if smoke else 256,
+                                                        16 if smoke else 512, l, device)
+            yield f"rwkv7 fla fp32 l={l}", partial(rwkv7_row, 2 if smoke else 32, 8 if smoke else 64, l, device)
 
     (first, first_cfg), *larger = configs.items()
     yield from mamba2_rows(first, first_cfg, torch.float32, lengths[:1])
@@ -324,10 +353,15 @@ def ssd_timing_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
     q = 16 if smoke else 256
     for T in ([64] if smoke else [4096, 16384, 65536]):
         for dtype in (torch.bfloat16,) if smoke else (torch.bfloat16, torch.float32):
-            def row(T=T, dtype=dtype):
+            def row(T=T, dtype=dtype, ahead=False):
                 t = ssd_inputs(1, T, cfg["h"], cfg["p"], cfg["g"], cfg["n"], dtype, device)
                 args = (t["x"], t["dt"], t["A"], t["B"], t["C"], q)
                 kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True)
+                if ahead:  # the dispatcher's call of the Triton path, and the peer's
+                    ssd_chunk_scan_triton(*args, **kw, out_dtype=dtype)
+                    if peer is not None and device.type == "cuda":
+                        peer(*args, **kw)
+                    return {}
                 out = dict(T=T, dtype=str(dtype).replace("torch.", ""),
                            triton_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="triton", **kw), device),
                            torch_ms=1e3 * timed(lambda: ssd_chunk_scan(*args, backend="torch", **kw), device))
@@ -522,11 +556,15 @@ def bundled_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
             cache["cpu"] = (texts, source, cpu.encode_documents(texts))
         return cache["cpu"]
 
-    def agreement(dtype):
+    def agreement(dtype, ahead=False):
         import numpy as np
 
         from recemb.core import DEFAULT_MODEL, Embedder
 
+        if ahead:  # the warm-up call below, its kernels compiled ahead
+            Embedder.from_pretrained(DEFAULT_MODEL, device=device, dtype=dtype).encode_documents(
+                sample_texts(count)[0][:2])
+            return {}
         texts, source, ref = cpu_vectors()
         model = Embedder.from_pretrained(DEFAULT_MODEL, device=device, dtype=dtype)
         model.encode_documents(texts[:2])  # compile and autotune outside the timing
@@ -543,8 +581,11 @@ def bundled_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
                     mean_cosine=float(cosine.mean()), documents_per_s=len(texts) / seconds,
                     tokens_per_s=tokens / seconds)
 
-    def minilm_shape():
+    def minilm_shape(ahead=False):
         from transformers import BertConfig, BertModel
+
+        if ahead:
+            return {}  # no Triton kernel
 
         texts, source, _ = cpu_vectors()
         config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
@@ -563,8 +604,8 @@ def bundled_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
         return dict(documents=len(texts), source=source, chunks=chunks, documents_per_s=len(texts) / seconds,
                     tokens_per_s=chunks * 256 / seconds)
 
-    yield "bundled model fp32 vs CPU", lambda: agreement(torch.float32)
-    yield "bundled model bf16 vs CPU", lambda: agreement(torch.bfloat16)
+    yield "bundled model fp32 vs CPU", partial(agreement, torch.float32)
+    yield "bundled model bf16 vs CPU", partial(agreement, torch.bfloat16)
     yield "MiniLM-shaped BERT, 256-token chunks", minilm_shape
 
 
@@ -600,6 +641,37 @@ RUNS = {"kernels": kernel_rows, "bundled": bundled_rows, "ssd_timing": ssd_timin
 assert list(RUNS) == list(SECTIONS)
 
 
+# Sections whose rows take ``ahead=True`` (their Triton calls alone), compiled at once before the rows run; and those
+# whose Triton calls need no GPU to compile (the others load models onto one).
+AHEAD = ("kernels", "bundled", "ssd_timing")
+COMPILE_WITHOUT_GPU = ("kernels", "ssd_timing")
+
+
+def compile_ahead(rows, interpreter: bool, **options) -> dict:
+    """Every row's Triton calls compiled at once on a pool of threads (``triton_ahead.compiling_ahead``), so that
+    the rows, and their autotuners, find every config compiled. A row whose ahead call fails compiles at its own
+    first launch instead (named in the result). Under the interpreter nothing compiles: the ahead calls just run."""
+    failures = []
+
+    def call_all():
+        for name, fn in rows:
+            try:
+                fn(ahead=True)
+            except Exception as e:  # that row compiles at its first launch instead
+                failures.append(f"{name}: {type(e).__name__}: {e}"[:300])
+
+    if interpreter:
+        call_all()
+        out = {"interpreter": "the rows' ahead calls ran; nothing is compiled under the interpreter"}
+    else:
+        with compiling_ahead(**options) as report:
+            call_all()
+        out = report.summary()
+    if failures:
+        out["rows_not_compiled_ahead"] = failures
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -607,23 +679,44 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", default=",".join(RUNS), help="sections to run, comma-separated")
     parser.add_argument("--time-box", type=float,
                         help="seconds per section for every section (default: SECTIONS on a GPU, none with --smoke)")
+    parser.add_argument("--compile-for", metavar="sm_XY",
+                        help="no GPU needed: compile the Triton kernels of the kernels and ssd_timing sections for "
+                             "this GPU (sm_90: H100, H200) as the run would, and report; runs no kernel")
+    parser.add_argument("--compile-workers", type=int, help="threads compiling ahead (default: the CPU count)")
+    parser.add_argument("--configs-per-kernel", type=int,
+                        help="compile at most this many configs of each autotuned kernel ahead (a quicker check)")
+    parser.add_argument("--no-ahead", action="store_true",
+                        help="do not compile ahead: each kernel compiles at its first launch, config after config")
     parser.add_argument("--fail-row", action="append", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if set(sections) - set(RUNS):
         parser.error(f"--sections takes {', '.join(RUNS)}")
-    if args.smoke:
+    target = None
+    if args.compile_for:
+        try:
+            target = cuda_target(args.compile_for)
+        except ValueError as e:
+            parser.error(str(e))
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            parser.error("--compile-for compiles: unset TRITON_INTERPRET")
+        sections = [s for s in sections if s in COMPILE_WITHOUT_GPU]
+    if args.smoke or target is not None:
         device = torch.device("cpu")
     elif torch.cuda.is_available():
         device = torch.device("cuda")
     else:
         print("no CUDA device: run with --smoke (and TRITON_INTERPRET=1) to check the script on the CPU")
         return 2
-    report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)",
+    device_name = (torch.cuda.get_device_name() if device.type == "cuda" else
+                   f"cpu, compiling for {args.compile_for}" if target is not None else "cpu (smoke)")
+    report = {"device": device_name,
               **environment(), "smoke": args.smoke, "sections": {}}
     print(" · ".join(f"{k} {v}" for k, v in report.items() if k not in ("smoke", "sections")), flush=True)
-    boxes = ({s: args.time_box for s in RUNS} if args.time_box is not None else None if args.smoke
-             else dict(SECTIONS))
+    boxes = ({s: args.time_box for s in RUNS} if args.time_box is not None
+             else None if args.smoke or target is not None else dict(SECTIONS))
+    interpreter = device.type == "cpu" and target is None
+    ahead_options = dict(workers=args.compile_workers, target=target, configs_per_kernel=args.configs_per_kernel)
     recorder = Recorder(args.out, boxes, fail_rows=set(args.fail_row))
 
     def write_report() -> None:  # after each section, and once more on the way out of a stopped run
@@ -639,7 +732,9 @@ def main(argv=None) -> int:
                 rows = list(RUNS[section](device, args.smoke))
             except Exception as e:  # the section could not even list its rows (an import): one failed row
                 rows = [(f"{section} set-up", lambda e=e: (_ for _ in ()).throw(e))]
-            for name, fn in rows:
+            if section in AHEAD and not args.no_ahead:
+                recorder.row("compile ahead", lambda rows=rows: compile_ahead(rows, interpreter, **ahead_options))
+            for name, fn in rows if target is None else ():
                 recorder.row(name, fn)
             done = [r for r in recorder.rows if r["section"] == section]
             print(f"\n## {section} ({time.perf_counter() - started:.0f} s)\n\n{table(done)}\n", flush=True)

@@ -52,12 +52,22 @@ def test_every_section_runs_and_every_row_reaches_the_log(smoke):
     assert bundled["MiniLM-shaped BERT, 256-token chunks"]["tokens_per_s"] > 0
     rows = [r for section in report["sections"].values() for r in section]
     assert rows == logged and all("seconds" in r for r in rows)
-    kernels = {r["row"].split()[0] for r in report["sections"]["kernels"]}
+    measured = [r for r in report["sections"]["kernels"] if r["row"] != "compile ahead"]
+    kernels = {r["row"].split()[0] for r in measured}
     assert kernels == {"ssd", "conv1d", "gated_norm", "rwkv7", "mlstm"}  # every Triton kernel, fp32 and bf16
     peers = [r for r in report["sections"]["kernels"] if r["row"].startswith(("rwkv7", "mlstm"))]
     assert all("CUDA" in r["skipped"] for r in peers)  # fla's and mlstm_kernels': skipped on the CPU, with why
-    assert {r["row"].split()[2] for r in report["sections"]["kernels"]} >= {"fp32", "bf16"}
+    assert {r["row"].split()[2] for r in measured} >= {"fp32", "bf16"}
     assert "## encoder" in stdout and "| row |" in stdout  # markdown tables
+
+
+def test_each_section_that_compiles_ahead_runs_every_rows_ahead_call_first(smoke):
+    report, _, _ = smoke
+    for section in ("kernels", "bundled", "ssd_timing"):
+        first = report["sections"][section][0]
+        assert first["row"] == "compile ahead" and "interpreter" in first, first
+        assert "rows_not_compiled_ahead" not in first and "error" not in first, first  # every ahead call ran
+    assert all(r["row"] != "compile ahead" for s in ("scale", "encoder") for r in report["sections"][s])
 
 
 def test_a_failing_row_is_recorded_and_the_run_goes_on(smoke):
@@ -72,9 +82,10 @@ def test_a_failing_row_is_recorded_and_the_run_goes_on(smoke):
 
 def test_correctness_rows_are_within_the_cpu_tests_tolerances(smoke):
     report, _, _ = smoke
-    checked = [r for r in report["sections"]["kernels"] if "within_tolerance" in r]
-    skipped = [r for r in report["sections"]["kernels"] if "skipped" in r]
-    assert len(checked) == len(report["sections"]["kernels"]) - 1 - len(skipped)  # all but the injected failure
+    measured = [r for r in report["sections"]["kernels"] if r["row"] != "compile ahead"]
+    checked = [r for r in measured if "within_tolerance" in r]
+    skipped = [r for r in measured if "skipped" in r]
+    assert len(checked) == len(measured) - 1 - len(skipped)  # all but the injected failure
     assert all(r["within_tolerance"] for r in checked), [r for r in checked if not r["within_tolerance"]]
     ssd = [r for r in checked if r["row"].startswith("ssd")]
     assert ssd and all("y_vs_fp64_loop" in r for r in ssd)  # the smoke shapes are anchored by the token loop
@@ -82,7 +93,7 @@ def test_correctness_rows_are_within_the_cpu_tests_tolerances(smoke):
 
 def test_a_peer_that_cannot_run_here_is_reported_as_skipped_with_its_reason(smoke):
     report, _, _ = smoke
-    timing = report["sections"]["ssd_timing"]
+    timing = [r for r in report["sections"]["ssd_timing"] if r["row"] != "compile ahead"]
     assert timing and all(isinstance(r.get("mamba_ssm"), str) and "mamba_ssm_ms" not in r for r in timing)
     assert all(r["triton_ms"] > 0 and r["torch_ms"] > 0 for r in timing)
 
@@ -118,3 +129,26 @@ def test_time_boxes_are_cumulative_time_left_passes_on_and_an_overrun_is_taken_f
     recorder.close()
     logged = [json.loads(line)["row"] for line in (tmp_path / "overrun" / "gpu_check.jsonl").read_text().splitlines()]
     assert logged == ["a", "b", "c"]
+
+
+def test_every_triton_kernel_compiles_for_an_h100_without_one(tmp_path):
+    """What the interpreter never does: each kernel of the kernels and ssd_timing sections compiled for sm_90
+    (fp32 and bf16, bf16 dots on the tensor cores), with the compiled shared memory checked against the H100's
+    limit, through the same ahead calls the GPU run makes. One config per kernel keeps it quick."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")  # compiled here, not found in a user's cache
+    result = subprocess.run([sys.executable, str(SCRIPT), "--compile-for", "sm_90", "--smoke", "--configs-per-kernel",
+                             "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert list(report["sections"]) == ["kernels", "ssd_timing"] and "sm_90" in report["device"]
+    (kernels,), (timing,) = report["sections"]["kernels"], report["sections"]["ssd_timing"]
+    assert kernels["row"] == "compile ahead" and "error" not in kernels and "rows_not_compiled_ahead" not in kernels
+    assert kernels["target"] == "cuda sm_90" and kernels["shared_limit"] == 232448
+    assert kernels["failed"] == [] and timing["failed"] == []  # no config failed to compile
+    # the SSD's five stages, the conv1d and the gated norm; fp32 and bf16 (the state passing is fp32 for both)
+    assert kernels["kernels"] == 7 and kernels["compiled"] == 13
+    assert timing["compiled"] >= 1 and "error" not in timing
+    assert 0 < kernels["max_shared_bytes"]
+    assert list(tmp_path.joinpath("triton-cache").iterdir())  # compiled into Triton's cache, where launches look
