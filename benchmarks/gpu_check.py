@@ -158,10 +158,14 @@ def ssd_inputs(b, l, h, p, g, n, dtype, device, seed=0):
                 initial_states=r(b, h, p, n) * 0.1)
 
 
-def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool, ahead: bool = False) -> dict:
-    """Our Triton SSD against the torch path (and, for short inputs, the fp64 token loop), with initial states.
+def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool, carried: bool = True, ahead: bool = False
+            ) -> dict:
+    """Our Triton SSD against the torch path (and, for short inputs, the fp64 token loop), with initial states
+    (``carried``: a later vertical chunk) or without (a document's first chunk, another compiled variant).
     ``ahead``: only the Triton call, with the same arguments (what the dispatcher passes it), to compile it ahead."""
     t = ssd_inputs(2, l, cfg["h"], cfg["p"], cfg["g"], cfg["n"], dtype, device)
+    if not carried:
+        t["initial_states"] = None
     kw = dict(D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True, initial_states=t["initial_states"],
               out_dtype=torch.float32)
     args = (t["x"], t["dt"], t["A"], t["B"], t["C"], q)
@@ -175,26 +179,28 @@ def ssd_row(cfg: dict, l: int, q: int, dtype, device, loop: bool, ahead: bool = 
     if loop:  # the token loop is slow on long inputs: it anchors the short ones
         y_ref, s_ref = ssd_recurrent_ref(*(t[k].cpu() for k in ("x", "dt", "A", "B", "C")), D=t["D"].cpu(),
                                          dt_bias=t["dt_bias"].cpu(), dt_softplus=True,
-                                         initial_states=t["initial_states"].cpu())
+                                         initial_states=None if not carried else t["initial_states"].cpu())
         row.update(y_vs_fp64_loop=rel(y_ref, y_tri), state_vs_fp64_loop=rel(s_ref, s_tri))
     row["within_tolerance"] = all(v <= tol for k, v in row.items() if k.endswith(("_torch", "_loop")))
     return row
 
 
-def conv_row(cfg: dict, l: int, dtype, device, ahead: bool = False) -> dict:
-    """The causal conv1d over the mixer's x|B|C channels, with a carried state; the new state must be exact."""
+def conv_row(cfg: dict, l: int, dtype, device, carried: bool = True, ahead: bool = False) -> dict:
+    """The causal conv1d over the mixer's x|B|C channels, with a carried state (or, ``carried=False``, from zeros:
+    a document's first chunk); the new state must be exact."""
     channels = cfg["h"] * cfg["p"] + 2 * cfg["g"] * cfg["n"]
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, l, channels, generator=gen).to(device=device, dtype=dtype)
     weight = torch.randn(channels, cfg["k"], generator=gen).to(device)
     bias = torch.randn(channels, generator=gen).to(device)
-    state = torch.randn(2, channels, cfg["k"], generator=gen).to(device)
+    state = torch.randn(2, channels, cfg["k"], generator=gen).to(device) if carried else None
     if ahead:
         causal_conv1d_triton(x, weight, bias, state, "silu")
         return {}
     y_tri, s_tri = causal_conv1d(x, weight, bias, state, "silu", backend="triton")
     y_tor, _ = causal_conv1d(x, weight, bias, state, "silu", backend="torch")
-    y_ref, s_ref = causal_conv1d_ref(x.cpu(), weight.cpu(), bias.cpu(), state.cpu(), "silu")
+    y_ref, s_ref = causal_conv1d_ref(x.cpu(), weight.cpu(), bias.cpu(), None if state is None else state.cpu(),
+                                     "silu")
     tol = TOLERANCES["conv1d"][dtype]
     row = dict(y_vs_torch=rel(y_tor, y_tri), y_vs_ref=rel(y_ref, y_tri), state_exact=bool(torch.equal(
         s_tri.cpu(), s_ref)), tolerance=tol)
@@ -290,12 +296,16 @@ def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
     lengths = [37] if smoke else [1000, 4099]  # neither a multiple of the chunk
     q = 16 if smoke else 256
 
-    def mamba2_rows(label, cfg, dtype, ls):
+    def mamba2_rows(label, cfg, dtype, ls, first_chunk=False):
         short = "fp32" if dtype == torch.float32 else "bf16"
         for l in ls:
             loop = l <= 1000 and (smoke or cfg["h"] <= 24)  # the fp64 loop: minutes on the big configs
             yield f"ssd {label} {short} l={l}", partial(ssd_row, cfg, l, q, dtype, device, loop)
+            if first_chunk:
+                yield f"ssd {label} {short} l={l} from zero", partial(ssd_row, cfg, l, q, dtype, device, loop, False)
         yield f"conv1d {label} {short}", partial(conv_row, cfg, lengths[-1], dtype, device)
+        if first_chunk:
+            yield f"conv1d {label} {short} from zero", partial(conv_row, cfg, lengths[-1], dtype, device, False)
         yield f"gated_norm {label} {short}", partial(norm_row, cfg, lengths[-1], dtype, device)
 
     def peer_rows(ls):
@@ -307,9 +317,10 @@ def kernel_rows(device, smoke) -> Iterator[tuple[str, Callable[[], dict]]]:
             yield f"rwkv7 fla fp32 l={l}", partial(rwkv7_row, 2 if smoke else 32, 8 if smoke else 64, l, device)
 
     (first, first_cfg), *larger = configs.items()
-    yield from mamba2_rows(first, first_cfg, torch.float32, lengths[:1])
+    # the smallest config also without carried states: the variant every document's first chunk runs
+    yield from mamba2_rows(first, first_cfg, torch.float32, lengths[:1], first_chunk=True)
     yield from peer_rows(lengths[:1])
-    yield from mamba2_rows(first, first_cfg, torch.bfloat16, lengths[:1])
+    yield from mamba2_rows(first, first_cfg, torch.bfloat16, lengths[:1], first_chunk=True)
     for label, cfg in larger:
         for dtype in (torch.float32, torch.bfloat16):
             yield from mamba2_rows(label, cfg, dtype, lengths)
