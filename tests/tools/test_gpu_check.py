@@ -45,7 +45,7 @@ def test_every_section_runs_and_every_row_reaches_the_log(smoke):
     report, logged, stdout = smoke
     assert list(report["sections"]) == ["kernels", "bundled", "ssd_timing", "scale", "encoder"]  # correctness first
     assert report["triton"] and report["transformers"] and "mamba_ssm peer" in report  # the versions behind it
-    scale = report["sections"]["scale"]
+    scale = [r for r in report["sections"]["scale"] if r["row"] != "compile ahead"]
     assert all(r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in scale) and {r["rows"] for r in scale} == {1, 8}
     bundled = {r["row"]: r for r in report["sections"]["bundled"]}
     assert bundled["bundled model fp32 vs CPU"]["lowest_cosine"] > 0.9999  # the same device: the same vectors
@@ -63,11 +63,11 @@ def test_every_section_runs_and_every_row_reaches_the_log(smoke):
 
 def test_each_section_that_compiles_ahead_runs_every_rows_ahead_call_first(smoke):
     report, _, _ = smoke
-    for section in ("kernels", "bundled", "ssd_timing"):
+    for section in ("kernels", "bundled", "ssd_timing", "scale"):
         first = report["sections"][section][0]
         assert first["row"] == "compile ahead" and "interpreter" in first, first
         assert "rows_not_compiled_ahead" not in first and "error" not in first, first  # every ahead call ran
-    assert all(r["row"] != "compile ahead" for s in ("scale", "encoder") for r in report["sections"][s])
+    assert all(r["row"] != "compile ahead" for r in report["sections"]["encoder"])
 
 
 def test_a_failing_row_is_recorded_and_the_run_goes_on(smoke):
