@@ -18,8 +18,8 @@ GPU time comes in short windows and a machine can stop mid-run, so the run is bu
 Before the rows of the kernels, bundled, ssd_timing and scale sections, a "compile ahead" row compiles every Triton
 kernel those rows will launch, every autotuning config, at once on all CPU cores (``triton_ahead.py``): serially,
 the first launches would spend minutes of the window compiling one config after another. ``--compile-for sm_90`` does
-the same on a machine without a GPU, for that GPU, and reports compile time and shared memory per config: the check
-that every kernel compiles as it will on the GPU, which the interpreter cannot make.
+the same on a machine without a GPU, for that GPU, and reports compile time and shared memory per config: the
+kernels the run will launch, compiled from the run's own calls (the interpreter compiles nothing).
 
 Correctness compares, on the same inputs, each Triton kernel with the torch path and the pure-torch reference, at the
 shapes of three Mamba2 configs (``CONFIGS``: 130M-class, 1.3B-class, Codestral-7B-class), fp32 and bf16, with initial

@@ -13,10 +13,10 @@ and nothing is launched:
 
 Code run inside must not read what a kernel writes: the outputs are never written.
 
-With ``target`` (``cuda_target("sm_90")``: an H100 or H200) it compiles for that GPU on a machine without one. That
-checks that every kernel compiles as it would there, which the interpreter never does (it runs bf16 dots in fp32,
-for one). It also reports each config's shared memory against that GPU's limit. The process must launch no kernel
-afterwards: Triton's driver is replaced for the duration.
+With ``target`` (``cuda_target("sm_90")``: an H100 or H200) it compiles for that GPU on a machine without one: the
+kernels that the code inside launches, with its arguments' specialisations, which the interpreter never compiles
+(it runs bf16 dots in fp32, for one). It also reports each config's shared memory against that GPU's limit. The
+process must launch no kernel afterwards: Triton's driver is replaced for the duration.
 
 This patches Triton's ``JITFunction.run`` and ``Autotuner.run`` while it is active, so it is a benchmark tool, not
 part of the package. Tested against Triton 3.6 and 3.9.

@@ -132,9 +132,10 @@ def test_time_boxes_are_cumulative_time_left_passes_on_and_an_overrun_is_taken_f
 
 
 def test_every_triton_kernel_compiles_for_an_h100_without_one(tmp_path):
-    """What the interpreter never does: each kernel of the kernels and ssd_timing sections compiled for sm_90
-    (fp32 and bf16, bf16 dots on the tensor cores), with the compiled shared memory checked against the H100's
-    limit, through the same ahead calls the GPU run makes. One config per kernel keeps it quick."""
+    """The GPU run's compile-ahead tool, without a GPU: each kernel of the kernels and ssd_timing sections compiled
+    for sm_90 (fp32 and bf16, bf16 dots on the tensor cores) through the same ahead calls the GPU run makes, so
+    with the run's own specialisations (tests/kernels' test_kernels_compile_for_hopper compiles from written-out
+    signatures), and the compiled shared memory reported against the H100's limit. One config per kernel."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")  # compiled here, not found in a user's cache
     result = subprocess.run([sys.executable, str(SCRIPT), "--compile-for", "sm_90", "--smoke", "--configs-per-kernel",
