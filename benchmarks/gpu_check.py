@@ -13,7 +13,7 @@ GPU time comes in short windows and a machine can stop mid-run, so the run is bu
   ones), so the whole run ends within their sum (7 minutes) plus at most one row; rows past the deadline are
   recorded as skipped;
 - every row is appended to ``gpu_check.jsonl`` in ``--out`` as soon as it is measured (flushed and synced), and
-  ``gpu_check.json`` plus the markdown tables are rewritten after each section.
+  ``gpu_check.json`` plus the markdown tables (``gpu_check.md``) are rewritten after each section.
 
 Before the rows of the kernels, bundled, ssd_timing and scale sections, a "compile ahead" row compiles every Triton
 kernel those rows will launch, every autotuning config, at once on all CPU cores (``triton_ahead.py``): serially,
@@ -744,6 +744,10 @@ def main(argv=None) -> int:
         for section in dict.fromkeys(r["section"] for r in recorder.rows):
             report["sections"][section] = [r for r in recorder.rows if r["section"] == section]
         (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+        versions = " · ".join(f"{k} {v}" for k, v in report.items() if k not in ("device", "smoke", "sections"))
+        (args.out / "gpu_check.md").write_text(
+            f"# gpu_check on {report['device']}\n\n{versions}\n"
+            + "".join(f"\n## {section}\n\n{table(rows)}\n" for section, rows in report["sections"].items()))
 
     try:
         for section in sections:

@@ -31,6 +31,7 @@ def smoke(tmp_path_factory):
     logged = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
     assert (out / "gpu_check.log").read_text() == result.stdout[result.stdout.index("device cpu (smoke)"):]
     assert "cpus:" in (out / "environment.txt").read_text()
+    report["out"] = str(out)
     return report, logged, result.stdout
 
 
@@ -43,6 +44,7 @@ def load_gpu_check():
 
 def test_every_section_runs_and_every_row_reaches_the_log(smoke):
     report, logged, stdout = smoke
+    tables = (Path(report["out"]) / "gpu_check.md").read_text()
     assert list(report["sections"]) == ["kernels", "bundled", "ssd_timing", "scale", "encoder"]  # correctness first
     assert report["triton"] and report["transformers"] and "mamba_ssm peer" in report  # the versions behind it
     scale = [r for r in report["sections"]["scale"] if r["row"] != "compile ahead"]
@@ -59,6 +61,8 @@ def test_every_section_runs_and_every_row_reaches_the_log(smoke):
     assert all("CUDA" in r["skipped"] for r in peers)  # fla's and mlstm_kernels': skipped on the CPU, with why
     assert {r["row"].split()[2] for r in measured} >= {"fp32", "bf16"}
     assert "## encoder" in stdout and "| row |" in stdout  # markdown tables
+    assert ("## encoder" in tables and "| row |" in tables and tables.startswith("# gpu_check on cpu (smoke)")
+            and "triton " in tables)  # the same tables in a file, with the versions
 
 
 def test_each_section_that_compiles_ahead_runs_every_rows_ahead_call_first(smoke):
