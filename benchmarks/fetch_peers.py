@@ -72,10 +72,19 @@ def fetch_wheels(packages: list[str] = WHEELS) -> Path:
         except PackageNotFoundError:
             sys.exit(f"{package} is not installed here: install the dev extra first (pip install -e '.[dev]')")
     target = PEERS / "wheels"
+    PEERS.mkdir(parents=True, exist_ok=True)
+    # Into a fresh folder, which replaces the old one only once every wheel is there: one version of each (two
+    # would stop the install on the GPU machine), and a failed download leaves the previous wheels as they were.
+    staging = Path(tempfile.mkdtemp(dir=PEERS, prefix="wheels-"))
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d",
+                        str(staging), *pins], check=True)
+    except BaseException:
+        shutil.rmtree(staging)
+        raise
     if target.is_dir():
-        shutil.rmtree(target)  # one version of each: two would stop the install there
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d",
-                    str(target), *pins], check=True)
+        shutil.rmtree(target)
+    staging.rename(target)
     return target
 
 

@@ -31,8 +31,7 @@ def smoke(tmp_path_factory):
     logged = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
     assert (out / "gpu_check.log").read_text() == result.stdout[result.stdout.index("device cpu (smoke)"):]
     assert "cpus:" in (out / "environment.txt").read_text()
-    report["out"] = str(out)
-    return report, logged, result.stdout
+    return report, logged, result.stdout, (out / "gpu_check.md").read_text()
 
 
 def load_gpu_check():
@@ -43,8 +42,7 @@ def load_gpu_check():
 
 
 def test_every_section_runs_and_every_row_reaches_the_log(smoke):
-    report, logged, stdout = smoke
-    tables = (Path(report["out"]) / "gpu_check.md").read_text()
+    report, logged, stdout, tables = smoke
     assert list(report["sections"]) == ["kernels", "bundled", "ssd_timing", "scale", "encoder"]  # correctness first
     assert report["triton"] and report["transformers"] and "mamba_ssm peer" in report  # the versions behind it
     scale = [r for r in report["sections"]["scale"] if r["row"] != "compile ahead"]
@@ -66,7 +64,7 @@ def test_every_section_runs_and_every_row_reaches_the_log(smoke):
 
 
 def test_each_section_that_compiles_ahead_runs_every_rows_ahead_call_first(smoke):
-    report, _, _ = smoke
+    report, *_ = smoke
     for section in ("kernels", "bundled", "ssd_timing", "scale"):
         first = report["sections"][section][0]
         assert first["row"] == "compile ahead" and "interpreter" in first, first
@@ -75,7 +73,7 @@ def test_each_section_that_compiles_ahead_runs_every_rows_ahead_call_first(smoke
 
 
 def test_a_failing_row_is_recorded_and_the_run_goes_on(smoke):
-    report, logged, stdout = smoke
+    report, logged, stdout, _ = smoke
     failed = [r for r in logged if "error" in r]
     assert [r["row"] for r in failed] == [INJECTED] and "injected" in failed[0]["error"]
     assert "traceback" in failed[0]
@@ -85,7 +83,7 @@ def test_a_failing_row_is_recorded_and_the_run_goes_on(smoke):
 
 
 def test_correctness_rows_are_within_the_cpu_tests_tolerances(smoke):
-    report, _, _ = smoke
+    report, *_ = smoke
     measured = [r for r in report["sections"]["kernels"] if r["row"] != "compile ahead"]
     checked = [r for r in measured if "within_tolerance" in r]
     skipped = [r for r in measured if "skipped" in r]
@@ -96,7 +94,7 @@ def test_correctness_rows_are_within_the_cpu_tests_tolerances(smoke):
 
 
 def test_a_peer_that_cannot_run_here_is_reported_as_skipped_with_its_reason(smoke):
-    report, _, _ = smoke
+    report, *_ = smoke
     timing = [r for r in report["sections"]["ssd_timing"] if r["row"] != "compile ahead"]
     assert timing and all(isinstance(r.get("mamba_ssm"), str) and "mamba_ssm_ms" not in r for r in timing)
     assert all(r["triton_ms"] > 0 and r["torch_ms"] > 0 for r in timing)
@@ -158,3 +156,32 @@ def test_every_triton_kernel_compiles_for_an_h100_without_one(tmp_path):
     assert timing["compiled"] >= 1 and "error" not in timing
     assert 0 < kernels["max_shared_bytes"]
     assert list(tmp_path.joinpath("triton-cache").iterdir())  # compiled into Triton's cache, where launches look
+
+
+def test_fetched_wheels_are_replaced_only_by_a_complete_download(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("fetch_peers", ROOT / "benchmarks" / "fetch_peers.py")
+    fetch_peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch_peers)
+    monkeypatch.setattr(fetch_peers, "PEERS", tmp_path)
+    old = tmp_path / "wheels" / "fla_core-0.5.0-py3-none-any.whl"
+    old.parent.mkdir()
+    old.write_text("the previous wheel")
+
+    def failing_download(command, check):
+        Path(command[command.index("-d") + 1], "half.whl").write_text("cut off")
+        raise subprocess.CalledProcessError(1, command)
+
+    monkeypatch.setattr(fetch_peers.subprocess, "run", failing_download)
+    with pytest.raises(subprocess.CalledProcessError):
+        fetch_peers.fetch_wheels(["pytest"])
+    assert sorted(p.name for p in tmp_path.rglob("*.whl")) == [old.name]  # kept, and no half download left
+
+    def download(command, check):
+        assert command[-1] == f"pytest=={pytest.__version__}"  # pinned to the version installed here
+        Path(command[command.index("-d") + 1], "pytest-x-py3-none-any.whl").write_text("new")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(fetch_peers.subprocess, "run", download)
+    assert fetch_peers.fetch_wheels(["pytest"]) == tmp_path / "wheels"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wheels"]  # one version of each: the old one is gone
+    assert [p.name for p in (tmp_path / "wheels").iterdir()] == ["pytest-x-py3-none-any.whl"]
