@@ -1,10 +1,13 @@
-"""LlamaIndex: a folder of files kept in a recemb collection by an ingestion pipeline, asked through a query engine;
-each answer cites the document, line and characters of the passages it was given. Offline: a mock LLM answers.
+"""LlamaIndex RAG over a folder of files kept in a recemb collection by an ingestion pipeline, asked through a query
+engine with the defaults: the engine answers from each document's best passage (a node whose start_char_idx /
+end_char_idx slice its file and whose ref_doc_id names it), each document once, never whole files. Offline: a mock
+LLM answers.
 
-    python3 examples/llama_index_query_engine.py [--model PATH_OR_ID] [--folder FOLDER] [--store PATH]
+    python3 examples/llama_index_query_engine.py [--model PATH_OR_ID] [--folder FOLDER] [--store PATH] [--k K]
 
-No splitter: each file is one document, and recemb adds passages (with their character offsets) to the long ones.
-With --store, a second run writes nothing (unchanged documents are skipped).
+For each question it prints the context the LLM is given: each node's file, line and characters, and the context's
+size against the whole files'. No splitter: each file is one document, and recemb adds passages (with their
+character offsets) to the long ones. With --store, a second run writes nothing (unchanged documents are skipped).
 """
 
 import argparse
@@ -14,6 +17,7 @@ from pathlib import Path
 from llama_index.core import SimpleDirectoryReader, VectorStoreIndex
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import MockLLM
+from llama_index.core.schema import MetadataMode
 
 from recemb.core import DEFAULT_MODEL
 from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore
@@ -22,8 +26,11 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default=DEFAULT_MODEL)
 parser.add_argument("--folder", type=Path, default=Path(__file__).resolve().parent / "documents")
 parser.add_argument("--store", type=Path, default=None, help="the store's folder (default: a temporary one)")
+parser.add_argument("--k", type=int, default=3, help="passages the query engine answers from")
+parser.add_argument("--question", action="append", help="a question to ask (repeatable; default: two about the "
+                                                           "sample documents)")
 args = parser.parse_args()
-QUESTIONS = ["How does a lighthouse lens make its light carry far?", "Why are spring tides strong?"]
+QUESTIONS = args.question or ["How does a lighthouse lens make its light carry far?", "Why are spring tides strong?"]
 
 embed_model = RecEmbEmbedding(model_name=args.model, model_kwargs={"device": "cpu"})
 with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(
@@ -31,14 +38,16 @@ with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(
     documents = SimpleDirectoryReader(str(args.folder), filename_as_id=True, required_exts=[".md", ".txt"],
                                       recursive=True).load_data()
     IngestionPipeline(transformations=[embed_model], vector_store=store).run(documents=documents)
-    index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
-    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=3, vector_store_kwargs={"granularity": "passage"})
+    engine = VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_query_engine(
+        llm=MockLLM(), similarity_top_k=args.k)  # the defaults: passages, each document once
+    whole = sum(len(d.text) for d in documents)
     for question in QUESTIONS:
         answer = engine.query(question)
-        print(f"Q: {question}\nA: (a mock LLM's answer from {len(answer.source_nodes)} passages)")
-        for hit in answer.source_nodes:  # a passage knows where it is; a short document is its own passage
-            node, m = hit.node, hit.node.metadata
-            start = node.start_char_idx if node.start_char_idx is not None else 0
-            end = node.end_char_idx if node.end_char_idx is not None else len(node.text)
-            print(f"   [{m.get('document_id', node.node_id)}, line {m.get('line', 1)}, characters {start:,}-{end:,}] "
-                  f"{' '.join(node.text.split())[:60]}...")
+        nodes = [hit.node for hit in answer.source_nodes]
+        context = sum(len(n.get_content(metadata_mode=MetadataMode.LLM)) for n in nodes)  # what the LLM reads
+        print(f"Q: {question}\nA: (a mock LLM's answer from {len(nodes)} passages)")
+        print(f"   context: {context:,} characters from {len(nodes)} passages "
+              f"(the whole files: {whole:,} characters in {len(documents)} files)")
+        for node in nodes:  # a passage knows its document and where it is in it
+            print(f"   [{node.ref_doc_id}, line {node.metadata.get('line', 1)}, characters "
+                  f"{node.start_char_idx:,}-{node.end_char_idx:,}] {' '.join(node.text.split())[:60]}")

@@ -7,6 +7,12 @@ original (``EvidenceReader.original``: stored, or re-read from its unchanged fil
     collection.add([Document("a.md", text, {"topic": "owls"})])
     found = collection.search("who hunts at night", k=4)   # [Found(document_id, text, metadata, score, ...)]
 
+What a search returns by default is made for an LLM's context (``RAG_GRANULARITY``): each document's best passage,
+its own characters with its place (a document too short for passages: the document), each document at most once
+(``per_document``); ``granularity="document"`` returns whole documents. Every document written here belongs to the
+framework owner (``points.FRAMEWORK_ROOT``): no folder sync into the same collection deletes it, and a delete here
+never touches a folder's documents (``NotOwnedError``).
+
 The store opens on first use (Qdrant Edge by ``path`` by default, qdrant-client's local mode with
 ``store_kind="local"``, a server by ``url``, or a ``QdrantClient`` / ``Store`` the caller owns). An existing
 collection, one written by ``recemb sync`` included, is used with the settings it recorded; a new one takes the
@@ -26,14 +32,28 @@ from recemb_integrations.qdrant.collection import read_record
 from recemb_integrations.qdrant.documents import Document, StoredDocument, SyncReport
 from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE
 from recemb_integrations.qdrant.record import check_collection_name
+from recemb_integrations.qdrant.search import GRANULARITIES
 from recemb_integrations.qdrant.sync import QdrantSync
+from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.stores import Store, as_store, open_store
 
-__all__ = ["AddError", "FrameworkCollection", "Found", "SYNC_OPTIONS", "recemb_fields"]
+__all__ = ["AddError", "FrameworkCollection", "Found", "PER_DOCUMENT", "RAG_GRANULARITY", "SYNC_OPTIONS",
+           "check_granularity", "merge_overlaps", "recemb_fields"]
 
 # The main job's options a framework store passes on to ``QdrantSync`` (its docstring says what each does).
 SYNC_OPTIONS = ("passage_tokens", "passage_overlap", "passages_above", "long_documents", "store_text", "sparse",
                 "sparse_language", "max_tokens", "batch_size", "index_metadata", "model_id", "retries")
+# A search's default: passages where the collection has them, else documents (each its own only passage).
+RAG_GRANULARITY = None
+PER_DOCUMENT = 1  # hits of one document among a search's k, by default: each document once
+
+
+def check_granularity(granularity: Any) -> str | None:
+    """``granularity`` if a framework store takes it: one of the main job's, or ``RAG_GRANULARITY``."""
+    if granularity is not RAG_GRANULARITY and granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be None (passages where the collection has them, else documents) or one "
+                         f"of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    return granularity
 
 
 class AddError(ValueError):
@@ -167,37 +187,62 @@ class FrameworkCollection:
     # ------------------------------------------------------------------ writes
     def add(self, documents: Sequence[Document], show_progress_bar: bool | None = None) -> SyncReport:
         """Write these documents (new ones added, changed ones re-embedded with their passages, unchanged ones
-        left), deleting nothing else. Raises ``AddError`` if any could not be written, after the others were."""
+        left), deleting nothing else, under the framework owner. Raises ``AddError`` if any could not be written
+        (a folder's document of the same id among them: its version is kept), after the others were; a given
+        vector that cannot be the model's (``vectors.check_vector``) is a ``VectorError`` before any write."""
         if not documents:
             return SyncReport()
+        documents = list(documents)
+        given = [d for d in documents if d.vector is not None]
+        if given:  # every given vector checked before any write: one bad node stops the whole add
+            sync = self.sync
+            documents = [Document(d.id, d.text, d.metadata, check_vector(
+                d.vector, sync.embedder.dim, unit=sync.unit_vectors, what=f"the embedding of {d.id!r}"))
+                if d.vector is not None else d for d in documents]
         with self._writing:
-            report = self.sync.sync(list(documents), delete_missing=False, show_progress_bar=show_progress_bar)
+            report = self.sync.sync(documents, delete_missing=False, show_progress_bar=show_progress_bar,
+                                    framework=True)
         if report.failed:
             raise AddError(report.failed, report.added + report.updated + report.metadata_updated
                            + report.unchanged)
         return report
 
-    def delete(self, document_ids: Sequence[str]) -> int:
+    def delete(self, document_ids: Sequence[str], keep_foreign: bool = False) -> int:
         """Delete these documents and their passages (an empty list deletes nothing; None or one string is a
-        TypeError); returns how many the collection held."""
+        TypeError); returns how many were deleted. A document a folder's sync wrote is never deleted here: naming
+        one is a ``NotOwnedError`` before anything is deleted (``keep_foreign``: it is left alone)."""
         with self._writing:
-            return self.sync.delete_documents(document_ids)
+            return self.sync.delete_documents(document_ids, framework=True, keep_foreign=keep_foreign)
 
     def get(self, document_ids: Sequence[str]) -> list[StoredDocument]:
         return self.sync.get_documents(document_ids)
 
-    def document_ids(self, filter: dict[str, Any] | None = None) -> list[str]:
-        return self.sync.document_ids(filter)
+    def document_ids(self, filter: dict[str, Any] | None = None, owned: bool = False) -> list[str]:
+        """The ids of the collection's documents (matching ``filter``); ``owned``: only those written through a
+        framework's store (what ``delete`` may delete)."""
+        return self.sync.document_ids(filter, framework=owned)
 
     # ------------------------------------------------------------------ reads
     def search(self, query: str, k: int = 4, filter: dict[str, Any] | Any | None = None, mode: str | None = None,
-               granularity: str = KIND_DOCUMENT, query_vector: Sequence[float] | None = None) -> list[Found]:
-        """The ``k`` best documents (or passages: ``granularity``) for ``query`` with their original texts; [] where
-        the collection does not exist yet."""
+               granularity: str | None = RAG_GRANULARITY, query_vector: Sequence[float] | None = None,
+               per_document: int | None = PER_DOCUMENT) -> list[Found]:
+        """The ``k`` best hits for ``query`` with their original texts; [] where the collection does not exist yet.
+
+        ``granularity``: None (the default, for an LLM's context) is "passage" where the collection has passages,
+        else "document"; "document" gives each document whole (its best passage as evidence), "passage" passages
+        (and documents too short to have any), "any" both. ``per_document``: at most this many hits of one document
+        (passage and "any" granularity; None: no limit); where a document gives several, those whose characters
+        overlap or touch are merged into one (``merge_overlaps``), so no character comes twice."""
+        check_granularity(granularity)
         if not self.exists():
             return []
-        hits = self.sync.search(query, limit=k, instruction=self.instruction, filter=filter, granularity=granularity,
-                                mode=mode, query_vector=query_vector)
+        sync = self.sync
+        if granularity is RAG_GRANULARITY:
+            sync.ensure_collection(create=False)
+            granularity = KIND_PASSAGE if sync.settings.passages else KIND_DOCUMENT
+        hits = sync.search(query, limit=k, instruction=self.instruction, filter=filter, granularity=granularity,
+                           mode=mode, query_vector=query_vector,
+                           per_document=per_document if granularity != KIND_DOCUMENT else None)
         passage_owners = sorted({h.document_id for h in hits if h.passage is not None})
         # A passage hit's line needs its document's text: fetched once per document, where the collection stores it.
         texts = {d.id: d.text for d in self.get(passage_owners)} if passage_owners else {}
@@ -211,4 +256,39 @@ class FrameworkCollection:
                                hit.passage if hit.passage is not None else hit.best_passage, start, end,
                                original.line if start is not None else None,
                                original.page if start is not None else None, hit.content_hash, original.note))
-        return found
+        return merge_overlaps(found) if per_document != 1 else found
+
+
+def merge_overlaps(found: Sequence[Found]) -> list[Found]:
+    """Passage hits of one document whose characters overlap or touch, merged into one hit over all of them: its
+    text their union (each hit's text is ``text[start:end]``, so the union is exact without the document), its
+    score the best, its passage and line the first's, at the place of its best member. Hits without a span or a
+    text are kept as they are. Pure."""
+    spans: dict[str, list[int]] = {}
+    for i, f in enumerate(found):
+        if f.kind == KIND_PASSAGE and f.text is not None and f.start is not None and f.end is not None:
+            spans.setdefault(f.document_id, []).append(i)
+    merged_into: dict[int, Found] = {}  # the index of a merged run's best member -> the merged hit
+    dropped: set[int] = set()
+    for members in spans.values():
+        run: list[int] = []
+        for i in sorted(members, key=lambda i: (found[i].start, found[i].end)) + [-1]:
+            if run and (i < 0 or found[i].start > max(found[j].end for j in run)):
+                best = min(run)  # hits come best first
+                merged_into[best] = _union([found[j] for j in run], found[best].score)
+                dropped.update(j for j in run if j != best)
+                run = []
+            if i >= 0:
+                run.append(i)
+    return [merged_into.get(i, f) for i, f in enumerate(found) if i not in dropped]
+
+
+def _union(run: list[Found], score: float) -> Found:
+    """One hit over a run of overlapping passage hits of one document (in order of their starts)."""
+    first, text, end = run[0], run[0].text, run[0].end
+    for f in run[1:]:
+        if f.end > end:
+            text += f.text[end - f.start:]
+            end = f.end
+    return Found(first.document_id, text, first.metadata, score, KIND_PASSAGE, first.passage, first.start, end,
+                 first.line, first.page, first.content_hash, first.note)

@@ -1,11 +1,13 @@
-"""A recemb collection as a LangChain vector store and retriever: whole documents in, documents or passages with
-their original text and place out, one point per document id (never a duplicate), on the main job's own path.
+"""A recemb collection as a LangChain vector store and retriever: whole documents in, passages with their original
+text and place out (made for an LLM's context: each document's best passage, each document once), one point per
+document id (never a duplicate), on the main job's own path.
 
     from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
     store = RecembVectorStore(embedding=RecEmbEmbeddings(model_name="recemb/recemb-mamba2-mini"),
                               collection_name="notes", path="./store")
     store.add_documents(docs)   # ids: ids=, else each Document's id, else one made from its content
-    retriever = store.as_retriever(search_kwargs={"k": 4, "granularity": "passage"})
+    retriever = store.as_retriever(search_kwargs={"k": 4})   # passages: page_content == text[start:end]
+    store.similarity_search("...", granularity="document")    # whole documents
 
 With ``RecEmbEmbeddings`` each document is embedded as ``recemb sync`` embeds it: whole, plus passages by the
 collection's settings, with BM25 beside the dense vector. Any other LangChain ``Embeddings`` gives one dense vector
@@ -25,7 +27,14 @@ _documents = require("langchain_core.documents", "langchain")
 _vectorstores = require("langchain_core.vectorstores", "langchain")
 _embeddings = require("langchain_core.embeddings", "langchain")
 
-from recemb_integrations.framework_collection import Found, FrameworkCollection, recemb_fields  # noqa: E402
+from recemb_integrations.framework_collection import (  # noqa: E402
+    PER_DOCUMENT,
+    RAG_GRANULARITY,
+    Found,
+    FrameworkCollection,
+    check_granularity,
+    recemb_fields,
+)
 from recemb_integrations.langchain import RecEmbEmbeddings  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.external import ExternalEmbedder  # noqa: E402
@@ -34,7 +43,7 @@ from recemb_integrations.qdrant.points import content_hash  # noqa: E402
 __all__ = ["RecembRetriever", "RecembVectorStore", "content_id"]
 
 LCDocument = _documents.Document
-SEARCH_OPTIONS = ("filter", "mode", "granularity")  # a search's own options, beside k
+SEARCH_OPTIONS = ("filter", "mode", "granularity", "per_document")  # a search's own options, beside k
 
 
 def content_id(text: str, metadata: dict[str, Any] | None = None) -> str:
@@ -61,26 +70,35 @@ class RecembVectorStore(_vectorstores.VectorStore):
         collection_name: the collection, created on the first add.
         path / url / client: Qdrant Edge's folder (``store_kind="local"``: qdrant-client's local mode), a Qdrant
             server (``api_key``), or a ``QdrantClient`` you opened and close; one of them.
-        granularity: what a search returns by default: "document" (each document once, its best passage as
-            evidence) or "passage".
+        granularity: what a search returns by default: None (made for an LLM's context: each document's best
+            passage, its own characters with ``start``/``end`` and line or page; a document too short for passages,
+            or in a collection without them, whole), "document" (each document whole, its best passage's place as
+            evidence), "passage" or "any".
+        per_document: at most this many hits of one document among a search's k (default 1: each document once);
+            more, or None for no limit, gives several passages of one document, those that overlap merged into
+            one span.
         options: the main job's settings for a new collection: passage_tokens, passage_overlap, passages_above,
             store_text (default True here), sparse, sparse_language, max_tokens, batch_size, index_metadata,
             model_id, retries. An existing collection keeps what it recorded; a contradicting option is refused.
 
-    Hits: ``page_content`` is the document's text, or a passage hit's original characters (``text[start:end]``,
-    stored or re-read from its unchanged file; never a token decode). ``metadata`` is the user's; a hit that is a
+    Hits: ``page_content`` is a passage hit's original characters (``text[start:end]``, stored or re-read from its
+    unchanged file; never a token decode), or a document hit's whole text. ``metadata`` is the user's; a hit that is a
     passage, or that a passage led to, or whose text is not at hand, also carries ``document_id``, ``kind``,
     ``passage``, ``start``, ``end``, ``line`` or ``page``, ``content_hash`` and ``note`` (recemb's keys win over the
     user's of the same name). ``id`` is the document id. Scores: ``similarity_search_with_score``.
+
+    Documents added here belong to the framework owner of the collection: a ``recemb sync`` of a folder into the
+    same collection never deletes them, and ``delete`` refuses a folder's documents (``NotOwnedError``).
     """
 
     def __init__(self, embedding: Any, collection_name: str, *, path: str | os.PathLike | None = None,
                  url: str | None = None, api_key: str | None = None, client: Any = None, store_kind: str = "auto",
-                 granularity: str = "document", **options: Any):
+                 granularity: str | None = RAG_GRANULARITY, per_document: int | None = PER_DOCUMENT,
+                 **options: Any):
         if not isinstance(embedding, _embeddings.Embeddings):
             raise TypeError(f"embedding must be a LangChain Embeddings, got {type(embedding).__name__}")
         self._embedding = embedding
-        self.granularity = granularity
+        self.granularity, self.per_document = check_granularity(granularity), per_document
         if isinstance(embedding, RecEmbEmbeddings):
             make, instruction = (lambda: embedding.embedder), embedding.query_instruction
         else:
@@ -141,7 +159,8 @@ class RecembVectorStore(_vectorstores.VectorStore):
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Delete these documents and all their passages. ``ids`` None is refused (LangChain's "delete all" is
-        not taken from a missing argument); an empty list deletes nothing."""
+        not taken from a missing argument); an empty list deletes nothing; an id of a folder's document (written by
+        ``recemb sync``) is a ``NotOwnedError`` before anything is deleted."""
         if ids is None:
             raise ValueError("delete needs the ids to delete; None would mean every document, which this store "
                              "never takes from a missing argument (delete the collection to empty it)")
@@ -163,14 +182,16 @@ class RecembVectorStore(_vectorstores.VectorStore):
         """The ``k`` best hits with their scores. ``filter``: metadata key -> value (all must match; a list matches
         any of its values) or a qdrant ``models.Filter``; ``mode``: "hybrid" (the collection's default with BM25),
         "dense" or "sparse"; ``granularity``: "document", "passage" or "any". A hybrid score ranks one search's hits
-        against each other; "dense" scores are cosine similarities."""
+        against each other; "dense" scores are cosine similarities; ``per_document``: at most this many hits of
+        one document (None: no limit). Without ``granularity``, the store's (see the class docstring)."""
         return [(as_document(f), f.score) for f in self._search(query, k, kwargs)]
 
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
         return [document for document, _ in self.similarity_search_with_score(query, k, **kwargs)]
 
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[LCDocument]:
-        """Dense search by a query vector made by the collection's model."""
+        """Dense search by a query vector made by the collection's model (checked: its dimension, finite, not all
+        zeros, of unit length for recemb's models; ``VectorError`` otherwise)."""
         kwargs = {**kwargs, "mode": "dense"}
         return [as_document(f) for f in self._search("", k, kwargs, query_vector=embedding)]
 
@@ -187,12 +208,14 @@ class RecembVectorStore(_vectorstores.VectorStore):
         if unknown:
             raise TypeError(f"unknown search option {unknown[0]!r}; this store takes k, {', '.join(SEARCH_OPTIONS)}")
         return self.collection.search(query, k=k, filter=kwargs.get("filter"), mode=kwargs.get("mode"),
-                                      granularity=kwargs.get("granularity") or self.granularity,
-                                      query_vector=query_vector)
+                                      granularity=check_granularity(kwargs.get("granularity", self.granularity)),
+                                      query_vector=query_vector,
+                                      per_document=kwargs.get("per_document", self.per_document))
 
     def as_retriever(self, **kwargs: Any) -> RecembRetriever:
-        """A retriever: ``search_kwargs`` {"k", "filter", "mode", "granularity"}; only ``search_type="similarity"``
-        (hybrid scores are not similarities, so no threshold, and MMR would need the points' vectors)."""
+        """A retriever: ``search_kwargs`` {"k", "filter", "mode", "granularity", "per_document"}; only
+        ``search_type="similarity"`` (hybrid scores are not similarities, so no threshold, and MMR would need the
+        points' vectors)."""
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
         return RecembRetriever(vectorstore=self, tags=tags, **kwargs)
 
@@ -227,17 +250,20 @@ def as_document(found: Found) -> LCDocument:
 
 class RecembRetriever(_vectorstores.VectorStoreRetriever):
     """``RecembVectorStore.as_retriever()``: LangChain's vector store retriever with ``k`` (and the search options)
-    also settable directly, e.g. ``RecembRetriever(vectorstore=store, k=3, granularity="passage")``; ``invoke(query,
-    k=...)`` overrides them for one call."""
+    also settable directly, e.g. ``RecembRetriever(vectorstore=store, k=3, per_document=2)``; ``invoke(query,
+    k=...)`` overrides them for one call. A field left None is the store's (``search_kwargs={"per_document":
+    None}`` asks for no limit)."""
 
     k: int | None = None
     filter: Any = None
     mode: str | None = None
     granularity: str | None = None
+    per_document: int | None = None
 
     def model_post_init(self, __context: Any) -> None:
         if self.search_type != "similarity":
             raise ValueError(f"search_type {self.search_type!r}: a recemb collection is searched by similarity "
                              "(hybrid scores are not similarities, and MMR needs the points' vectors)")
-        given = {"k": self.k, "filter": self.filter, "mode": self.mode, "granularity": self.granularity}
+        given = {"k": self.k, "filter": self.filter, "mode": self.mode, "granularity": self.granularity,
+                 "per_document": self.per_document}
         self.search_kwargs = {**self.search_kwargs, **{k: v for k, v in given.items() if v is not None}}

@@ -12,8 +12,8 @@ nothing it was not asked to, every search ``QdrantSync.search``).
     pipeline = IngestionPipeline(transformations=[embed_model], vector_store=store, docstore=SimpleDocumentStore(),
                                  docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)  # no splitter needed
     pipeline.run(documents=SimpleDirectoryReader("./docs", filename_as_id=True).load_data())
-    retriever = VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(
-        similarity_top_k=4, vector_store_kwargs={"granularity": "passage"})
+    retriever = VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(similarity_top_k=4)
+    retriever.retrieve("...")   # passages: start_char_idx/end_char_idx slice their document, ref_doc_id names it
     store.close()  # Qdrant Edge holds its folder while open
 
 Each node is one recemb document (its id the node's id). With ``RecEmbEmbedding`` the node's vector is the
@@ -38,7 +38,14 @@ _schema = require("llama_index.core.schema", "llama-index")
 _pydantic = require("llama_index.core.bridge.pydantic", "llama-index")
 _embeddings = require("llama_index.core.base.embeddings.base", "llama-index")
 
-from recemb_integrations.framework_collection import Found, FrameworkCollection, recemb_fields  # noqa: E402
+from recemb_integrations.framework_collection import (  # noqa: E402
+    PER_DOCUMENT,
+    RAG_GRANULARITY,
+    Found,
+    FrameworkCollection,
+    check_granularity,
+    recemb_fields,
+)
 from recemb_integrations.llama_index import RecEmbEmbedding  # noqa: E402
 from recemb_integrations.qdrant.collection import read_record  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
@@ -51,7 +58,6 @@ __all__ = ["GIVEN_VECTORS", "NODE_KEY", "REF_DOC_KEY", "RecembVectorStore", "qdr
 NODE_KEY = "_node"  # metadata key: what LlamaIndex needs back of a node (class, relationships, ...), stripped on return
 REF_DOC_KEY = "ref_doc_id"  # metadata key: the node's source document, so that delete(ref_doc_id) finds its nodes
 GIVEN_VECTORS = "llama-index:given-vectors"  # the model name a store without an embed_model records
-GRANULARITIES = ("document", "passage", "any")
 Mode = _types.VectorStoreQueryMode
 Op = _types.FilterOperator
 MODES = {Mode.DEFAULT: None, Mode.HYBRID: "hybrid", Mode.SPARSE: "sparse", Mode.TEXT_SEARCH: "sparse"}
@@ -70,9 +76,14 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         embed_model: ``RecEmbEmbedding`` (documents whole plus passages, by the collection's settings), any other
             LlamaIndex embed model (one dense vector per node), or None (nodes carry their embeddings and queries
             their ``query_embedding``; the collection records the model as ``GIVEN_VECTORS``).
-        granularity: what a query returns by default: "document" (each document once, its best passage as evidence
-            in the metadata), "passage" or "any"; a retriever's ``vector_store_kwargs={"granularity": ...}``
-            overrides it.
+        granularity: what a query returns by default: None (made for an LLM's context: each document's best
+            passage, a node whose ``start_char_idx``/``end_char_idx`` slice its document and whose ``ref_doc_id``
+            names it; a document too short for passages, or in a collection without them, whole), "document" (each
+            document whole, its best passage as evidence in the metadata), "passage" or "any"; a retriever's
+            ``vector_store_kwargs={"granularity": ...}`` overrides it.
+        per_document: at most this many nodes of one document among a query's top k (default 1: each document
+            once); more, or None for no limit, gives several passages of one document, those that overlap merged
+            into one node; ``vector_store_kwargs={"per_document": ...}`` overrides it.
         options: the main job's settings for a new collection (``FrameworkCollection``'s ``SYNC_OPTIONS``):
             passage_tokens, passage_overlap, passages_above, store_text (default True), sparse, sparse_language,
             max_tokens, batch_size, index_metadata (``ref_doc_id`` is always indexed), model_id, retries. An
@@ -84,13 +95,19 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
     A hybrid score ranks one query's hits against each other; it is not a similarity. ``alpha`` is not taken (Qdrant
     fuses by DBSF, without a weight).
 
-    Hits are ``TextNode``s: a document hit's id is the node's id and its text the whole stored text; a passage hit's
-    id is ``"<document id>#passage-<n>"``, its text the passage's own characters and ``start_char_idx`` /
-    ``end_char_idx`` their place in the stored document's text. The SOURCE relationship is the node's source
-    document (a whole document is its own). Metadata is the user's; a passage hit, a document hit a passage led to,
-    or one whose text is not at hand also carries recemb's ``document_id``, ``kind``, ``passage``, ``start``,
-    ``end``, ``line`` or ``page``, ``content_hash`` and ``note`` (recemb's keys win over the user's of the same name).
+    Hits are ``TextNode``s: a passage hit's id is ``"<document id>#passage-<n>"``, its text the passage's own
+    characters and ``start_char_idx`` / ``end_char_idx`` their place in the stored document's text; a document
+    hit's id is the node's id and its text the whole stored text (its ``start_char_idx`` / ``end_char_idx`` those
+    the node was added with, else 0 and its length where it is its own source document). The SOURCE relationship is
+    the node's source document (a whole document is its own). Metadata is the user's; a passage hit, a document hit
+    a passage led to, or one whose text is not at hand also carries recemb's ``document_id``, ``kind``,
+    ``passage``, ``start``, ``end``, ``line`` or ``page``, ``content_hash`` and ``note`` (recemb's keys win over the
+    user's of the same name).
     The metadata keys ``_node`` and ``ref_doc_id`` are the store's own.
+
+    Nodes added here belong to the framework owner of the collection: a ``recemb sync`` of a folder into the same
+    collection never deletes them, and no delete here touches a folder's documents (``delete_nodes`` refuses one by
+    id, ``NotOwnedError``; ``delete`` and ``clear`` leave them).
     """
 
     stores_text: bool = True
@@ -99,7 +116,8 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
     path: str | None = None
     url: str | None = None
     store_kind: str = "auto"
-    granularity: str = "document"
+    granularity: str | None = RAG_GRANULARITY
+    per_document: int | None = PER_DOCUMENT
 
     _collection: Any = _pydantic.PrivateAttr()
     _embed_model: Any = _pydantic.PrivateAttr(default=None)
@@ -107,15 +125,15 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
 
     def __init__(self, collection_name: str, *, path: str | os.PathLike | None = None, url: str | None = None,
                  api_key: str | None = None, client: Any = None, embed_model: Any = None, store_kind: str = "auto",
-                 granularity: str = "document", **options: Any):
+                 granularity: str | None = RAG_GRANULARITY, per_document: int | None = PER_DOCUMENT,
+                 **options: Any):
         if embed_model is not None and not isinstance(embed_model, _embeddings.BaseEmbedding):
             raise TypeError(f"embed_model must be a LlamaIndex BaseEmbedding or None, got {type(embed_model).__name__}")
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+        check_granularity(granularity)
         # ref_doc_id indexed: delete(ref_doc_id) filters by it (exact and fast on Qdrant Edge and a server)
         options["index_metadata"] = {REF_DOC_KEY: "keyword", **(options.get("index_metadata") or {})}
         super().__init__(collection_name=collection_name, path=os.fspath(path) if path is not None else None, url=url,
-                         store_kind=store_kind, granularity=granularity)
+                         store_kind=store_kind, granularity=granularity, per_document=per_document)
         self._embed_model = embed_model
         instruction = embed_model.query_instruction if isinstance(embed_model, RecEmbEmbedding) else None
         self._collection = FrameworkCollection(collection_name, self._make_embedder, path=path, url=url,
@@ -193,7 +211,8 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node of this source document (and a node whose own id it is), with their passages. None or
-        an empty string is a ValueError, anything but a string a TypeError: nothing is deleted."""
+        an empty string is a ValueError, anything but a string a TypeError: nothing is deleted. A folder's document
+        of that id (written by ``recemb sync``) is not this store's node and is left alone."""
         if delete_kwargs:
             raise TypeError(f"delete got unexpected options {sorted(delete_kwargs)}")
         if ref_doc_id is None or ref_doc_id == "":
@@ -203,25 +222,28 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
             raise TypeError(f"ref_doc_id is a string, got {type(ref_doc_id).__name__}; nothing was deleted")
         if self._nothing_stored():
             return
-        self._collection.delete([ref_doc_id, *self._collection.document_ids({REF_DOC_KEY: ref_doc_id})])
+        self._collection.delete([ref_doc_id, *self._collection.document_ids({REF_DOC_KEY: ref_doc_id})],
+                                keep_foreign=True)
 
     def delete_nodes(self, node_ids: list[str] | None = None, filters: Any = None, **delete_kwargs: Any) -> None:
         """Delete these nodes (by id), or those whose metadata matches ``filters``, or those of ``node_ids`` that
         match them. Both None is a ValueError (it would delete everything: ``clear()`` does that); [] deletes
-        nothing. ``filters``: exact matches (EQ) and IN joined by AND."""
+        nothing. ``filters``: exact matches (EQ) and IN joined by AND, over the nodes written through a framework;
+        a folder's document named by id is a ``NotOwnedError`` before anything is deleted."""
         if delete_kwargs:
             raise TypeError(f"delete_nodes got unexpected options {sorted(delete_kwargs)}")
         if node_ids is None and filters is None:
             raise ValueError("delete_nodes without node_ids or filters would delete everything; use clear()")
-        ids = self._ids(node_ids, filters, "delete_nodes")
+        ids = self._ids(node_ids, filters, "delete_nodes", owned=True)
         if ids:
             self._collection.delete(ids)
 
     def clear(self) -> None:
-        """Delete every node of the collection (the collection itself, and its settings, stay)."""
+        """Delete every node written through a framework's store (the collection itself, its settings and a
+        folder's documents synced into it stay)."""
         if self._nothing_stored():
             return
-        ids = self._collection.document_ids()
+        ids = self._collection.document_ids(owned=True)
         if ids:
             self._collection.delete(ids)
 
@@ -231,7 +253,9 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         ids = self._ids(node_ids, filters, "get_nodes")
         return [stored_node(d) for d in self._collection.get(ids)] if ids else []
 
-    def _ids(self, node_ids: Any, filters: Any, what: str) -> list[str]:
+    def _ids(self, node_ids: Any, filters: Any, what: str, owned: bool = False) -> list[str]:
+        """The ids ``node_ids`` and ``filters`` select (``owned``: where filters select, only those written through
+        a framework's store)."""
         if node_ids is not None:
             node_ids = check_document_ids(node_ids, what)
             if not node_ids or filters is None:
@@ -239,11 +263,11 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         if self._nothing_stored():
             return []
         if filters is None:
-            return self._collection.document_ids()
+            return self._collection.document_ids(owned=owned)
         condition = _dict_filter(filters, what)
         if not condition and node_ids is None and what == "delete_nodes":
             raise ValueError("delete_nodes with empty filters would delete everything; use clear()")
-        matching = self._collection.document_ids(condition)
+        matching = self._collection.document_ids(condition, owned=owned and node_ids is None)
         if node_ids is None:
             return matching
         kept = set(matching)
@@ -252,9 +276,11 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
     # ------------------------------------------------------------------ reads
     def query(self, query: Any, **kwargs: Any) -> Any:
         """The best documents (or passages: ``granularity``) for ``query`` (see the class docstring)."""
-        granularity = kwargs.pop("granularity", None) or self.granularity
+        granularity = check_granularity(kwargs.pop("granularity", self.granularity))
+        per_document = kwargs.pop("per_document", self.per_document)
         if kwargs:
-            raise TypeError(f"query got unexpected options {sorted(kwargs)}; this store takes granularity")
+            raise TypeError(f"query got unexpected options {sorted(kwargs)}; this store takes granularity and "
+                            "per_document")
         query_mode = Mode(query.mode)
         if query_mode not in MODES:
             raise NotImplementedError(f"query mode {query_mode.value!r}: a recemb collection is searched in default "
@@ -277,7 +303,8 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         k = {Mode.SPARSE: query.sparse_top_k, Mode.TEXT_SEARCH: query.sparse_top_k,
              Mode.HYBRID: query.hybrid_top_k}.get(query_mode) or query.similarity_top_k
         found = [] if self._nothing_stored() else self._collection.search(
-            text, k=k, filter=self._query_filter(query), mode=mode, granularity=granularity, query_vector=vector)
+            text, k=k, filter=self._query_filter(query), mode=mode, granularity=granularity, query_vector=vector,
+            per_document=per_document)
         nodes = [found_node(f) for f in found]
         return _types.VectorStoreQueryResult(nodes=nodes, similarities=[f.score for f in found],
                                              ids=[n.node_id for n in nodes])
@@ -397,8 +424,11 @@ def found_node(found: Found) -> Any:
         return _node(f"{found.document_id}#passage-{found.passage}", found.text or "", metadata, own,
                      {_schema.NodeRelationship.SOURCE: _schema.RelatedNodeInfo(node_id=ref)}, found.start, found.end,
                      hidden)
+    start, end = own.get("start_char_idx"), own.get("end_char_idx")
+    if start is None and end is None and found.text is not None and own.get("ref_doc_id") in (None, found.document_id):
+        start, end = 0, len(found.text)  # its own source document, whole: citable as its every character
     return _node(found.document_id, found.text or "", metadata, own, _relationships(own, found.document_id),
-                 own.get("start_char_idx"), own.get("end_char_idx"), hidden)
+                 start, end, hidden)
 
 
 def stored_node(document: StoredDocument) -> Any:

@@ -154,7 +154,8 @@ MODEL_FREE = ("recemb_integrations.qdrant.record", "recemb_integrations.qdrant.e
               "recemb_integrations.qdrant.plan", "recemb_integrations.qdrant.points",
               "recemb_integrations.qdrant.documents", "recemb_integrations.qdrant.lengths",
               "recemb_integrations.qdrant.collection", "recemb_integrations.qdrant.calls",
-              "recemb_integrations.qdrant.writes", "recemb_integrations.qdrant.rebuild")
+              "recemb_integrations.qdrant.writes", "recemb_integrations.qdrant.rebuild",
+              "recemb_integrations.qdrant.vectors")
 
 
 def test_the_main_jobs_model_free_rooms_import_no_model_code():

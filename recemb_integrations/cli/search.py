@@ -25,6 +25,9 @@ def add_search_command(commands) -> None:
     p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata match (repeatable); a JSON list, e.g. tag='[\"a\",\"b\"]', matches any of its values")
     p.add_argument("--granularity", choices=["document", "passage", "any"], default="document")
+    p.add_argument("--per-document", type=positive_int, metavar="N",
+                   help="with --granularity passage or any: at most N hits of one document (1: each document's "
+                        "best passage, each document once)")
     p.add_argument("--mode", choices=["hybrid", "dense", "sparse"],
                    help="hybrid: dense + BM25 fused (the default where the collection has BM25 vectors); dense; "
                         "sparse: BM25 alone")
@@ -47,6 +50,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.limit > MAX_SEARCH_LIMIT:
         raise CommandError(f"--limit {args.limit} is more than one search returns (at most {MAX_SEARCH_LIMIT:,}); "
                            "nothing was searched")
+    if args.per_document is not None and args.granularity == "document":
+        raise CommandError("--per-document caps the passages of one document: give --granularity passage or any "
+                           "(a document search returns each document once already)")
     filters = dict(_parse_filter(f) for f in args.filter)
     store, where = resources.open_qdrant(args, create=False)
     with closing(store):
@@ -63,7 +69,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             warnings.simplefilter("always", SearchNotice)
             hits = QdrantSync.open(store, args.collection, embedder, record=record).search(
                 args.query, limit=args.limit, instruction=args.instruction, filter=filters or None,
-                granularity=args.granularity, mode=args.mode, **({"fusion": args.fusion} if args.fusion else {}))
+                granularity=args.granularity, mode=args.mode, per_document=args.per_document,
+                **({"fusion": args.fusion} if args.fusion else {}))
     for note in notes:
         if issubclass(note.category, SearchNotice):
             print(f"recemb search: note: {escape_controls(str(note.message))}", file=sys.stderr)

@@ -90,7 +90,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     )
     from recemb_integrations.qdrant.calls import StoreCalls
     from recemb_integrations.qdrant.collection import scan_documents
-    from recemb_integrations.qdrant.points import owned_ids
+    from recemb_integrations.qdrant.points import FRAMEWORK_ROOT
     from recemb_integrations.qdrant.record import check_collection_name, decide_settings
 
     check_collection_name(args.collection)
@@ -129,8 +129,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise CommandError(str(e)) from None
         stored = scan_documents(StoreCalls(store), args.collection) if record is not None else None
         allow_mass_delete = args.allow_mass_delete
-        if stored is not None:
-            allow_mass_delete = _check_id_scheme(args, stored.documents, sources) or allow_mass_delete
+        if stored is not None:  # (a framework's ids are its own: a file path there is not an earlier recemb's)
+            folders = [d for d in stored.documents if stored.seen.get(d) != FRAMEWORK_ROOT]
+            allow_mass_delete = _check_id_scheme(args, folders, sources) or allow_mass_delete
         # An existing collection's own model unless one is named, as for search.
         embedder = resources.load_embedder(args, model=record.model if record else None)
         sync = QdrantSync(store, args.collection, embedder, settings, batch_size=args.batch_size,
@@ -147,7 +148,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     report.failed = list(sources.missing) + report.failed
     report.skipped = list(sources.skipped) + report.skipped
     # What a folder sync would have deleted, kept because only files were named: said, so it is not a surprise.
-    not_named = len(owned_ids(stored.seen, sources.scope or "") - set(sources.ids)) if files_only and stored else 0
+    not_named = len(stored.owned(sources.scope or "") - set(sources.ids)) if files_only and stored else 0
     data = {"collection": args.collection, "qdrant": where, "store": store.kind, **report.as_dict(),
             "kept_not_named": not_named}
     lines = [f"{escape(args.collection)} @ {escape(where)} ({store.kind}): {report.added} added, "

@@ -53,13 +53,13 @@ _EXPORTS = {
     "read_record": "collection", "collection_settings": "collection",
     "CollectionMismatchError": "errors", "SettingsConflict": "errors", "InvalidSetting": "errors",
     "MassDeletionError": "errors", "NothingReadableError": "errors", "RebuildError": "errors",
-    "SearchNotice": "errors",
+    "SearchNotice": "errors", "NotOwnedError": "errors", "VectorError": "errors", "check_vector": "vectors",
     "Executor": "writer", "LocalExecutor": "writer", "WriteJob": "writer", "DocumentWriter": "writer",
     "content_hash": "points", "point_id": "points", "model_fingerprint": "points",
     "DEFAULT_FUSION": "search", "MAX_SEARCH_LIMIT": "search",
 }
 _ROOMS = ("calls", "collection", "documents", "errors", "external", "lengths", "plan", "points", "rebuild", "record",
-          "search", "sync", "writer", "writes")
+          "search", "sync", "vectors", "writer", "writes")
 
 __all__ = sorted(_EXPORTS)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CollectionMismatchError", "InvalidSetting", "MassDeletionError", "NothingReadableError", "RebuildError",
-           "SearchNotice", "SettingsConflict"]
+__all__ = ["CollectionMismatchError", "InvalidSetting", "MassDeletionError", "NotOwnedError", "NothingReadableError",
+           "RebuildError", "SearchNotice", "SettingsConflict", "VectorError"]
 
 
 class CollectionMismatchError(ValueError):
@@ -32,6 +32,20 @@ class InvalidSetting(ValueError):
 
 class MassDeletionError(ValueError):
     """A sync would delete half or more of the documents it manages; nothing was written."""
+
+
+class NotOwnedError(ValueError):
+    """Documents named for deletion belong to another owner of the collection (a folder's sync, where a framework's
+    store deletes: ``document_ids``, with ``owners`` the root of each); nothing was deleted."""
+
+    def __init__(self, message: str, document_ids: list[str], owners: list[str | None]):
+        super().__init__(message)
+        self.document_ids, self.owners = document_ids, owners
+
+
+class VectorError(ValueError):
+    """A vector handed in (a query's, or a document's own) cannot be the collection's model's: the wrong dimension,
+    not finite, all zeros, or not of unit length where the model's vectors are; nothing was searched or written."""
 
 
 class NothingReadableError(ValueError):

@@ -11,7 +11,7 @@ from typing import Any
 
 from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import MassDeletionError
-from recemb_integrations.qdrant.points import foreign_id_message, owned_ids
+from recemb_integrations.qdrant.points import foreign_id_message, from_a_file, owned_ids
 from recemb_integrations.qdrant.writes import DeleteDocuments, SetMetadata, StampRoot, Write
 
 __all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync",
@@ -36,6 +36,14 @@ class StoredDocuments:
 
     documents: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
     seen: Mapping[str, str | None] = field(default_factory=dict)
+
+    def from_files(self) -> set[str]:
+        """The documents whose metadata records the file a folder sync read them from."""
+        return {doc_id for doc_id, (_, metadata) in self.documents.items() if from_a_file(metadata)}
+
+    def owned(self, root: str) -> set[str]:
+        """The stored document ids that belong to ``root`` (``points.owned_ids``)."""
+        return owned_ids(self.seen, root, self.from_files())
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[Docu
     """The plan of a sync of ``entries`` (``left_out``: blank ones skip_empty leaves out; ``failed``: documents that
     could not be read, whose stored versions are kept) under ``root``."""
     existing, seen = stored.documents, stored.seen
-    owned = owned_ids(seen, root)
+    owned = stored.owned(root)
     # Another root's documents are neither overwritten nor deleted; an emptied document keeps its stored version.
     foreign = [e for e in entries if e.id in seen and e.id not in owned]
     entries = [e for e in entries if not (e.id in seen and e.id not in owned)]
@@ -130,7 +138,7 @@ def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[Docu
     for entry in entries:
         old = existing.get(entry.id)
         if old is not None and old[0] == entry.hash:
-            if seen.get(entry.id) is None:
+            if seen.get(entry.id) != root:  # unstamped, or a framework's document from before it had an owner
                 unstamped.append(entry.id)
             if old[1] != entry.metadata:
                 metadata_updates.append(SetMetadata(entry.id, entry.metadata))

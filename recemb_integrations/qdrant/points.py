@@ -10,21 +10,26 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, filters
 
-__all__ = ["ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows", "ROOT_KEY", "Span",
-           "content_hash", "describe_root", "document_payload", "foreign_id_message", "match", "model_fingerprint",
-           "owned_ids", "passage_payload", "point_id", "point_vectors", "scope_root"]
+__all__ = ["FRAMEWORK_ROOT", "ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows",
+           "ROOT_KEY", "Span", "content_hash", "describe_root", "document_payload", "foreign_id_message",
+           "from_a_file", "match", "model_fingerprint", "owned_among", "owned_ids", "passage_payload", "point_id",
+           "point_vectors", "scope_root"]
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
 # The root whose sync wrote a point: "" for a sync without a scope, else the scope ("wiki/"). A sync deletes and
 # overwrites only its own root's documents, so an unprefixed folder's "wiki/x.md" is not the "wiki/" root's.
 ROOT_KEY = "root"
+# The owner of what a framework's vector store (LangChain, LlamaIndex) writes: beside the folder roots, never one of
+# them (theirs are "" or end in "/"), so no folder sync deletes a framework's documents and no framework delete
+# touches a folder's.
+FRAMEWORK_ROOT = "framework"
 # Filtered by: "passages" is a document point's passage count (0: the document is its own passage).
 PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, "passages": INTEGER, ROOT_KEY: KEYWORD}
 
@@ -196,24 +201,47 @@ def scope_root(scope: str | None) -> str:
     return "/".join(segments) + "/"
 
 
-def owned_ids(seen: Mapping[str, str | None], root: str) -> set[str]:
+def owned_ids(seen: Mapping[str, str | None], root: str, from_files: Collection[str] = ()) -> set[str]:
     """The stored document ids that belong to ``root``: those its sync wrote, and unstamped ones (a recemb that did
     not record roots) that the old id rule gives it: under the root, and not under a longer root another sync
-    recorded."""
-    stamped = {r for r in seen.values() if r is not None}
+    recorded. The framework owner (``FRAMEWORK_ROOT``) also has the unprefixed root's and unstamped documents that
+    no folder sync wrote (``from_files``: the ids whose metadata records the file they were read from): what the
+    framework stores wrote before they had an owner of their own."""
+    if root == FRAMEWORK_ROOT:
+        return {doc_id for doc_id, r in seen.items()
+                if r == FRAMEWORK_ROOT or (r in ("", None) and doc_id not in from_files)}
+    stamped = {r for r in seen.values() if r is not None and r != FRAMEWORK_ROOT}
     longer = [r for r in stamped if len(r) > len(root) and r.startswith(root)]
     return {doc_id for doc_id, r in seen.items()
             if r == root or (r is None and doc_id.startswith(root) and not any(map(doc_id.startswith, longer)))}
+
+
+def owned_among(payloads: Mapping[str, Mapping[str, Any]], root: str) -> set[str]:
+    """The ids among these documents (document id -> its own point's payload) that belong to ``root``
+    (``owned_ids``)."""
+    return owned_ids({d: p.get(ROOT_KEY) for d, p in payloads.items()}, root,
+                     {d for d, p in payloads.items() if from_a_file(p.get("metadata"))})
+
+
+def from_a_file(metadata: Any) -> bool:
+    """Whether a document's stored metadata records the file a folder sync read it from (``sources.file_metadata``'s
+    ``path``)."""
+    return isinstance(metadata, Mapping) and isinstance(metadata.get("path"), str)
 
 
 def describe_root(root: str | None) -> str:
     """A root as the user named it."""
     if root is None:
         return "a root that recemb could not tell (written before roots were recorded)"
+    if root == FRAMEWORK_ROOT:
+        return "a framework's vector store (LangChain, LlamaIndex)"
     return "the sync without an id prefix" if not root else f"the sync with id prefix {root.rstrip('/')!r}"
 
 
 def foreign_id_message(owner: str | None, root: str) -> str:
     """Why a document whose id another root stored is not synced."""
+    way = ("Use another id for it, or give the framework's documents a collection of their own"
+           if FRAMEWORK_ROOT in (owner, root) else
+           "Give each folder its own --id-prefix (scope=) so that their ids cannot meet")
     return (f"this id is stored by {describe_root(owner)} of this collection, not by {describe_root(root)}; its "
-            "stored version is kept. Give each folder its own --id-prefix (scope=) so that their ids cannot meet")
+            f"stored version is kept. {way}")

@@ -24,6 +24,7 @@ from recemb_integrations.qdrant.collection import index_writes, read_record
 from recemb_integrations.qdrant.documents import DocumentEntry, SyncReport
 from recemb_integrations.qdrant.errors import RebuildError
 from recemb_integrations.qdrant.plan import StoredDocuments, stale_ids
+from recemb_integrations.qdrant.points import FRAMEWORK_ROOT
 from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REBUILD_SUFFIX, CollectionRecord
 from recemb_integrations.qdrant.writes import CreateCollection, DropCollection, Optimize, UpdateRecord, Upsert
 from recemb_integrations.stores import Store, StoredPoint, as_store
@@ -88,7 +89,16 @@ def rebuild_deletions(collection: str, stored: StoredDocuments, entries: list[Do
                       left_out: list[DocumentEntry], failed: list[tuple[str, str]], keep_ids: Iterable[str],
                       allow_mass_delete: bool) -> list[str]:
     """The stored documents a rebuild from ``entries`` drops (the mass-deletion guard applies, ``MassDeletionError``),
-    or a ``RebuildError`` where it would drop the stored version of a document that is empty now and left out."""
+    or a ``RebuildError`` where it would drop the stored version of a document that is empty now and left out, or a
+    document a framework's store wrote (no path names it)."""
+    framework = sorted(d for d, root in stored.seen.items() if root == FRAMEWORK_ROOT)
+    if framework:  # they have no source among the rebuild's: it would drop them
+        raise RebuildError(
+            f"{len(framework)} documents of collection {collection!r} ({framework[0]!r}"
+            f"{', ...' if len(framework) > 1 else ''}) were written through a framework's vector store (LangChain, "
+            "LlamaIndex), not from these paths, so a rebuild from them would drop those documents; the collection "
+            "was not touched. Give the folder a collection of its own, or delete them through the framework's "
+            "store first.", SyncReport())
     emptied = [e.id for e in left_out if e.id in stored.documents]
     if emptied:  # the rebuilt collection would not hold them: their stored versions would be lost
         raise RebuildError(

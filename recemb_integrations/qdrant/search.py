@@ -76,7 +76,8 @@ def metadata_condition(key: str, value: Any):
                      "or a non-empty list of strings or of integers (any of them matches)")
 
 
-def check_search(query: Any, limit: Any, filter: Any, granularity: Any, mode: Any, fusion: Any) -> list:
+def check_search(query: Any, limit: Any, filter: Any, granularity: Any, mode: Any, fusion: Any,
+                 per_document: Any = None) -> list:
     """The arguments of a search checked before any store or model work; the metadata conditions of a dict
     filter."""
     if not isinstance(query, str):
@@ -90,15 +91,20 @@ def check_search(query: Any, limit: Any, filter: Any, granularity: Any, mode: An
         raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise ValueError(f"limit must be an int from 1 to {MAX_SEARCH_LIMIT:,}, got {limit!r}")
+    if per_document is not None and (isinstance(per_document, bool) or not isinstance(per_document, int)
+                                     or per_document < 1):
+        raise ValueError(f"per_document must be a positive int (or None for no limit), got {per_document!r}")
     return [metadata_condition(k, v) for k, v in filter.items()] if isinstance(filter, Mapping) else []
 
 
 def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, limit: int, instruction: str | None,
            filter: Mapping[str, Any] | Any | None, granularity: str, mode: str | None, fusion: str,
-           metadata_conditions: list, query_vector: list[float] | None = None) -> list[SearchHit]:
+           metadata_conditions: list, query_vector: list[float] | None = None,
+           per_document: int | None = None) -> list[SearchHit]:
     """The search ``QdrantSync.search`` describes, on a collection whose model was checked, with arguments that
     ``check_search`` passed (``metadata_conditions``: what it made of a dict filter). ``query_vector``: the query's
-    dense vector where the caller made it already (a framework's retriever), else the embedder makes it."""
+    dense vector where the caller made it already (a framework's retriever), else the embedder makes it;
+    ``per_document``: at most this many hits of one document (passage and "any" granularity)."""
     if (refusal := target.record.search_refusal(mode, granularity)) is not None:
         raise ValueError(refusal)
     mode = _search_mode(target, mode)
@@ -118,6 +124,9 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
         dense_query = embedder.encode_queries([query], instruction=instruction)[0].tolist()
 
     grouped = granularity == KIND_DOCUMENT and target.passages
+    # At most ``per_document`` hits of one document: the best ``limit`` groups of that size hold the best ``limit``
+    # hits under that rule (a hit of a later group scores below the best of ``limit`` other documents).
+    capped = per_document is not None and not grouped and granularity != KIND_DOCUMENT
     # Documents are found by their own points and by their passages (grouped); passages by theirs and, where a
     # document is too short to have any, by its own point.
     conditions = [] if granularity == "any" or grouped else [_granularity_condition(granularity)]
@@ -141,21 +150,26 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     # them and that point) are left out, and the search is repeated without them: a hit is always of a complete
     # document. Only a stopped sync leaves such passages, so the repeat is rare.
     excluded: set[str] = set()
+
+    def full_groups(size: int) -> list:
+        nonlocal candidates
+        while True:
+            # Each group's hits come best first. A hybrid search fuses only the prefetched candidates; when they
+            # hold fewer than ``limit`` documents and more exist, the search is repeated with more candidates, so
+            # a page is full.
+            groups = calls(store.query_groups, collection, request(candidates, excluded), "document_id", size)
+            if mode != "hybrid" or len(groups) >= limit or candidates >= calls(store.count, collection):
+                return groups
+            candidates = min(candidates * 4, calls(store.count, collection))
+
     while True:
-        if not grouped:
-            points = calls(store.query, collection, request(candidates, excluded))
-            hits, incomplete = _point_hits(calls, collection, points)
+        if grouped:  # two a group: a document whose own point leads still shows its best passage
+            hits, incomplete = _document_hits(calls, collection, full_groups(2))
         else:
-            while True:
-                # Each group's hits come best first: with two of them, a document whose own point leads still
-                # shows its best passage. A hybrid search fuses only the prefetched candidates; when they hold fewer
-                # than ``limit`` documents and more exist, the search is repeated with more candidates, so a page
-                # is full.
-                groups = calls(store.query_groups, collection, request(candidates, excluded), "document_id", 2)
-                if mode != "hybrid" or len(groups) >= limit or candidates >= calls(store.count, collection):
-                    break
-                candidates = min(candidates * 4, calls(store.count, collection))
-            hits, incomplete = _document_hits(calls, collection, groups)
+            points = (calls(store.query, collection, request(candidates, excluded)) if not capped else
+                      sorted((p for group in full_groups(per_document) for p in group),
+                             key=lambda p: -p.score)[:limit])
+            hits, incomplete = _point_hits(calls, collection, points)
         if not incomplete - excluded:
             break
         excluded |= incomplete
@@ -165,7 +179,7 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
                                    "(1.0 or 0.5 whatever its relevance); it is scored by its dense similarity "
                                    "instead"), stacklevel=3)
         return search(calls, target, embedder, query, limit, instruction, filter, granularity, "dense", fusion,
-                      metadata_conditions, query_vector)
+                      metadata_conditions, query_vector, per_document)
     return hits
 
 

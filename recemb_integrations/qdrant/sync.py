@@ -22,9 +22,19 @@ from recemb_integrations.qdrant.documents import (
     check_document_ids,
     read_entries,
 )
-from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError, RebuildError
+from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError, NotOwnedError, RebuildError
 from recemb_integrations.qdrant.plan import DELETE_BATCH, StoredDocuments, check_empty, plan_sync, sources_root
-from recemb_integrations.qdrant.points import KIND_DOCUMENT, match, model_fingerprint, point_id, scope_root
+from recemb_integrations.qdrant.points import (
+    FRAMEWORK_ROOT,
+    KIND_DOCUMENT,
+    ROOT_KEY,
+    describe_root,
+    match,
+    model_fingerprint,
+    owned_among,
+    point_id,
+    scope_root,
+)
 from recemb_integrations.qdrant.rebuild import (
     finish_interrupted_rebuild,
     interrupted_rebuild_hint,
@@ -43,8 +53,9 @@ from recemb_integrations.qdrant.record import (
     decide_settings,
 )
 from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, metadata_condition, search
+from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
-from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize
+from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize, StampRoot
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store, filters
 
@@ -248,6 +259,7 @@ class QdrantSync:
         scope: str | None = None,
         executor: Executor | None = None,
         stored: StoredDocuments | None = None,
+        framework: bool = False,
     ) -> SyncReport:
         """Bring the collection to exactly ``documents``: add new, re-embed changed, skip unchanged, and with
         ``delete_missing`` delete documents no longer present. Bad documents are reported in ``failed`` and do not
@@ -284,6 +296,11 @@ class QdrantSync:
         ``stored``: the collection's ``scan()``, if the caller made one (it is not scanned again). Every change the
         sync makes is a ``writes`` value, applied in order through ``StoreCalls.apply``.
 
+        ``framework``: the documents are a framework's vector store's (LangChain, LlamaIndex: ``framework_collection``):
+        they belong to the framework owner (``points.FRAMEWORK_ROOT``), beside the folder roots, so no folder sync
+        deletes them and they never overwrite a folder's document of the same id (it fails, the folder's version
+        kept). Not with ``scope``, ``rebuild`` or sources that declare a folder root.
+
         ``documents`` may be ``DocumentSource``s: read once to hash them and again only to embed, a batch at a time.
         If every document fails to read, a sync with ``delete_missing`` raises ``NothingReadableError`` before any
         write."""
@@ -292,6 +309,9 @@ class QdrantSync:
                              "keep documents that are not among them")
         if rebuild and scope is not None:
             raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
+        if framework and (rebuild or scope is not None):
+            raise ValueError("a framework's documents have an owner of their own; they are synced without scope= "
+                             "or rebuild=")
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
@@ -304,10 +324,15 @@ class QdrantSync:
         # Sources found by folder_sources know their root: the sync is that root's, never another's.
         root = sources_root(scope_root(scope) if scope is not None else None,
                             (scope_root(e.root) if e.root else e.root for e in entries))
+        if framework:
+            if any(e.root is not None for e in entries):
+                raise ValueError("these documents were found by folder_sources (a folder's root); a framework's "
+                                 "store cannot take them over; nothing was written")
+            root = FRAMEWORK_ROOT
         if rebuild and root:
             raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
                              "(found with an id prefix); rebuild from sources without one; nothing was written")
-        if root:
+        if root and root != FRAMEWORK_ROOT:
             bad += [(e.id, f"id is outside this sync's scope {root!r}") for e in entries if not e.id.startswith(root)]
             entries = [e for e in entries if e.id.startswith(root)]
         if delete_missing and bad and not entries:
@@ -417,7 +442,8 @@ class QdrantSync:
     # ------------------------------------------------------------------ search
     def search(self, query: str, limit: int = 10, instruction: str | None = None,
                filter: dict[str, Any] | Any | None = None, granularity: str = KIND_DOCUMENT, mode: str | None = None,
-               fusion: str = DEFAULT_FUSION, query_vector: Sequence[float] | None = None) -> list[SearchHit]:
+               fusion: str = DEFAULT_FUSION, query_vector: Sequence[float] | None = None,
+               per_document: int | None = None) -> list[SearchHit]:
         """The documents (or passages) that best match ``query``.
 
         ``mode``: "hybrid" (the default where the collection has BM25 vectors: Qdrant prefetches the nearest points
@@ -437,19 +463,28 @@ class QdrantSync:
         (index, and text where stored) as evidence. The collection's own settings are used, whatever this instance
         was built with; only the model must match.
         ``query_vector``: the query's dense vector, made by the collection's model, where the caller has it already
-        (a framework's retriever embeds its query itself); the BM25 side still uses ``query``.
+        (a framework's retriever embeds its query itself); the BM25 side still uses ``query``. It is checked
+        (``vectors.check_vector``: the model's dimension, finite, not all zeros, of unit length where the model
+        makes unit vectors) and refused with a ``VectorError`` before the search.
+        ``per_document``: at most this many hits of one document (passage and "any" granularity; None: no limit).
+        The hits are the best ``limit`` under that rule: with 1, each document's best passage (or, too short for
+        passages, the document itself), each document once.
         """
-        conditions = check_search(query, limit, filter, granularity, mode, fusion)
+        conditions = check_search(query, limit, filter, granularity, mode, fusion, per_document)
         if query_vector is not None:
-            query_vector = [float(v) for v in query_vector]
-            if len(query_vector) != self.embedder.dim:
-                raise ValueError(f"query_vector has {len(query_vector)} dimensions; the model's vectors have "
-                                 f"{self.embedder.dim}")
+            query_vector = check_vector(query_vector, self.embedder.dim, unit=self.unit_vectors,
+                                        what="the query vector")
         self.ensure_collection(create=False)
         if self._searchable is None or self._searchable.record is not self.record:
             self._searchable = Searchable.of(self.record)
         return search(self.calls, self._searchable, self.embedder, query, limit, instruction, filter, granularity,
-                      mode, fusion, conditions, query_vector)
+                      mode, fusion, conditions, query_vector, per_document)
+
+    @property
+    def unit_vectors(self) -> bool:
+        """Whether the model's vectors are of unit length as it gives them (recemb's own; another library's are
+        normalised here, so any length of theirs is taken)."""
+        return not getattr(self.embedder, "external", False)
 
     # ------------------------------------------------------------------ documents by id
     def get_documents(self, document_ids: Iterable[str]) -> list[StoredDocument]:
@@ -458,42 +493,76 @@ class QdrantSync:
         if not ids or not self.calls(self.store.collection_exists, self.collection):
             return []
         self.ensure_collection(create=False)
-        found = {}
-        for i in range(0, len(ids), DELETE_BATCH):
-            for p in self.calls(self.store.retrieve, self.collection, [point_id(d) for d in ids[i:i + DELETE_BATCH]]):
-                payload = p.payload or {}
-                if payload.get("kind") == KIND_DOCUMENT:
-                    found[payload["document_id"]] = StoredDocument(
-                        payload["document_id"], payload.get("text"), payload.get("metadata") or {},
-                        payload.get("content_hash"), payload.get("passages") or 0)
+        found = {d: StoredDocument(d, p.get("text"), p.get("metadata") or {}, p.get("content_hash"),
+                                   p.get("passages") or 0) for d, p in self._own_points(ids).items()}
         return [found[d] for d in ids if d in found]
 
-    def delete_documents(self, document_ids: Iterable[str]) -> int:
+    def delete_documents(self, document_ids: Iterable[str], framework: bool = False,
+                         keep_foreign: bool = False) -> int:
         """Delete these documents and all their passages, whichever root wrote them; returns how many of them the
-        collection held. An empty list deletes nothing; None or a single string is a TypeError (never "all")."""
+        collection held (and, with ``framework``, deleted). An empty list deletes nothing; None or a single string
+        is a TypeError (never "all").
+
+        ``framework``: the delete of a framework's store: only the framework owner's documents may be named (those
+        it wrote, and unprefixed ones without a file that it wrote before it had an owner); naming another root's
+        (a folder's) is a ``NotOwnedError`` before anything is deleted, or with ``keep_foreign`` leaves those
+        alone (LlamaIndex's delete of a source document's nodes)."""
         ids = check_document_ids(document_ids, "delete_documents")
         if not ids or not self.calls(self.store.collection_exists, self.collection):
             return 0
-        held = len(self.get_documents(ids))
+        held = self._own_points(ids)
+        if framework:
+            owners = {d: p.get(ROOT_KEY) for d, p in held.items()}
+            mine = owned_among(held, FRAMEWORK_ROOT)
+            foreign = [d for d in dict.fromkeys(ids) if d in held and d not in mine]
+            if foreign and keep_foreign:
+                ids, held = [d for d in ids if d in mine or d not in held], {d: held[d] for d in mine}
+            elif foreign:
+                shown = ", ".join(repr(d) for d in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+                raise NotOwnedError(
+                    f"{len(foreign)} of the documents named ({shown}) were not written through a framework's store: "
+                    f"{describe_root(owners[foreign[0]])} of collection {self.collection!r} keeps them, and a "
+                    "framework's delete never touches them; nothing was deleted. Remove the file and sync its "
+                    "folder, or delete it with QdrantSync.delete_documents.", foreign, [owners[d] for d in foreign])
+            earlier = sorted(d for d in mine if owners[d] != FRAMEWORK_ROOT)  # written before the owner existed
+            for i in range(0, len(earlier), DELETE_BATCH):
+                self.calls.apply(self.collection, StampRoot(tuple(earlier[i:i + DELETE_BATCH]), FRAMEWORK_ROOT))
         for i in range(0, len(ids), DELETE_BATCH):
-            self.calls.apply(self.collection, DeleteDocuments(tuple(ids[i:i + DELETE_BATCH]), None))
-        return held
+            self.calls.apply(self.collection, DeleteDocuments(tuple(ids[i:i + DELETE_BATCH]),
+                                                              FRAMEWORK_ROOT if framework else None))
+        return len(held)
 
-    def document_ids(self, filter: dict[str, Any] | None = None) -> list[str]:
+    def _own_points(self, document_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The payloads of these documents' own points (document id -> payload; absent: not stored)."""
+        found = {}
+        for i in range(0, len(document_ids), DELETE_BATCH):
+            for p in self.calls(self.store.retrieve, self.collection,
+                                [point_id(d) for d in document_ids[i:i + DELETE_BATCH]]):
+                payload = p.payload or {}
+                if payload.get("kind") == KIND_DOCUMENT:
+                    found[payload["document_id"]] = payload
+        return found
+
+    def document_ids(self, filter: dict[str, Any] | None = None, framework: bool = False) -> list[str]:
         """The ids of the collection's documents (sorted), or of those whose metadata matches ``filter`` (a dict
-        of key -> value as ``search`` takes it); [] where the collection does not exist."""
+        of key -> value as ``search`` takes it); [] where the collection does not exist. ``framework``: only the
+        framework owner's (what ``delete_documents(..., framework=True)`` may delete)."""
         if filter is not None and not isinstance(filter, Mapping):
             raise TypeError(f"filter is a dict of metadata key -> value, got {type(filter).__name__}")
         conditions = [match("kind", KIND_DOCUMENT)] + [metadata_condition(k, v) for k, v in (filter or {}).items()]
         if not self.calls(self.store.collection_exists, self.collection):
             return []
-        found, offset = [], None
+        found, offset = {}, None
         while True:
             points, offset = self.calls(self.store.scroll, self.collection, limit=SCAN_PAGE, offset=offset,
-                                        filter=filters.Filter(must=tuple(conditions)), with_payload=["document_id"])
-            found += [p.payload["document_id"] for p in points if (p.payload or {}).get("document_id")]
+                                        filter=filters.Filter(must=tuple(conditions)),
+                                        with_payload=["document_id", ROOT_KEY, "metadata"] if framework
+                                        else ["document_id"])
+            found.update((p.payload["document_id"], p.payload) for p in points
+                         if (p.payload or {}).get("document_id"))
             if offset is None:
-                return sorted(found)
+                break
+        return sorted(owned_among(found, FRAMEWORK_ROOT) if framework else found)
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""

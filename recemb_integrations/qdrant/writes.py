@@ -63,7 +63,8 @@ class SetMetadata:
 
 @dataclass(frozen=True)
 class StampRoot:
-    """Record ``root`` on every point of these documents (written by a recemb that did not record roots)."""
+    """Record ``root`` on every point of these documents (written by a recemb that did not record roots, or by a
+    framework's store before it had an owner of its own)."""
 
     document_ids: tuple[str, ...]
     root: str

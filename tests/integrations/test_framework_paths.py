@@ -4,6 +4,8 @@ text. Each on both embedded stores, the store compared with what was given."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -126,3 +128,67 @@ def test_a_hits_original_text_is_the_users_own_characters(tmp_path, tiny_embedde
                                                                       granularity="passage")[0]
         original = EvidenceReader().original(hit)
         assert original.text is None and "changed" in original.note
+
+
+def test_per_document_caps_each_documents_hits_and_keeps_the_best_under_the_cap(tmp_path, tiny_embedder, store_kind):
+    """``search(per_document=n)`` at passage granularity returns the best hits with at most n of one document: the
+    uncapped ranking with every hit beyond a document's n-th left out (dense and BM25 scores do not depend on the
+    other candidates, so the two rankings are comparable)."""
+    words = "tide moon spring neap ebb flood harbour boat sail wind rope anchor gull shore wave salt".split()
+    rng = np.random.default_rng(7)  # every passage its own words, so no two score alike
+    texts = {f"d{i}": " ".join(rng.choice(words, size=160)) for i in range(4)}
+    texts["short"] = "a short note on the tide"
+    with open_store(path=tmp_path / "s", kind=store_kind) as store:
+        sync = QdrantSync(store, "c", tiny_embedder, passage_tokens=12, passages_above=24, store_text=True)
+        sync.sync([Document(k, v) for k, v in texts.items()])
+        for mode in ("dense", "sparse"):
+            everything = sync.search("spring tide and moon", limit=500, granularity="passage", mode=mode)
+            assert len({h.document_id for h in everything}) == 5 and len(everything) > 20
+            # the uncapped ranking does give one document several of the first hits: the cap has work to do
+            assert max(Counter(h.document_id for h in everything[:5]).values()) > 1
+            for cap, limit in ((1, 3), (1, 10), (2, 5), (3, 8)):
+                counts: dict[str, int] = {}
+                expected = []
+                for hit in everything:
+                    counts[hit.document_id] = counts.get(hit.document_id, 0) + 1
+                    if counts[hit.document_id] <= cap:
+                        expected.append(hit.score)
+                got = sync.search("spring tide and moon", limit=limit, granularity="passage", mode=mode,
+                                  per_document=cap)
+                # the same scores in the same order (hits of equal score may be either), at most cap a document
+                assert [h.score for h in got] == pytest.approx(expected[:limit], rel=1e-5), (mode, cap, limit)
+                scores = {(h.document_id, h.passage): h.score for h in everything}
+                assert all(scores[(h.document_id, h.passage)] == pytest.approx(h.score, rel=1e-5) for h in got)
+                assert max(Counter(h.document_id for h in got).values()) <= cap
+                assert all(texts[h.document_id][h.start:h.end] == h.text for h in got if h.passage is not None)
+        hybrid = sync.search("spring tide and moon", limit=4, granularity="passage", per_document=1)
+        assert len(hybrid) == 4 and len({h.document_id for h in hybrid}) == 4
+        for bad in (0, -1, True, 1.5, "2"):
+            with pytest.raises(ValueError, match="per_document"):
+                sync.search("tide", granularity="passage", per_document=bad)
+
+
+def test_query_and_given_vectors_are_checked_against_the_collections_model(tmp_path, tiny_embedder, store_kind):
+    from recemb_integrations.framework_collection import FrameworkCollection
+    from recemb_integrations.qdrant import VectorError
+
+    query = tiny_embedder.encode_queries(["the tide follows the moon"])[0]
+    with FrameworkCollection("c", lambda: tiny_embedder, path=tmp_path / "s", store_kind=store_kind) as collection:
+        collection.add([Document(k, v) for k, v in TEXTS.items()])
+        assert collection.search("", k=1, mode="dense", query_vector=query.tolist())[0].document_id == "b"
+        bad = {"has 3 values": [0.1, 0.2, 0.3], "is all zeros": [0.0] * tiny_embedder.dim,
+               "holds NaN": [float("nan")] * tiny_embedder.dim, "has length 2": (2 * query).tolist(),
+               "is not a vector of numbers": ["a"] * tiny_embedder.dim}
+        for why, vector in bad.items():
+            with pytest.raises(VectorError, match=f"the query vector {why}"):
+                collection.search("", k=1, mode="dense", query_vector=vector)
+            with pytest.raises(VectorError, match=f"the embedding of 'new' {why}"):  # before any write
+                collection.add([Document("fine", "x", {}, query.tolist()), Document("new", "y", {}, vector)])
+            assert collection.get(["fine", "new"]) == []
+    embedder, _ = fake_embeddings()  # another library's model: its vectors are normalised here, any length taken
+    with FrameworkCollection("e", lambda: embedder, path=tmp_path / "s", store_kind=store_kind) as collection:
+        collection.add([Document(k, v) for k, v in TEXTS.items()])
+        long_query = (10 * np.asarray(embedder._embed_query(TEXTS["c"]))).tolist()
+        assert collection.search("", k=1, mode="dense", query_vector=long_query)[0].document_id == "c"
+        with pytest.raises(VectorError, match="is all zeros"):
+            collection.search("", k=1, mode="dense", query_vector=[0.0] * 6)

@@ -18,12 +18,14 @@ from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
 from langchain_core.indexing import InMemoryRecordManager, index  # noqa: E402
 from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests  # noqa: E402
 
+from recemb_integrations.framework_collection import AddError  # noqa: E402
 from recemb_integrations.langchain import RecEmbEmbeddings, RecembRetriever, RecembVectorStore  # noqa: E402
-from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync  # noqa: E402
+from recemb_integrations.qdrant import CollectionMismatchError, NotOwnedError, QdrantSync, content_hash  # noqa: E402
 from recemb_integrations.qdrant import Document as RecembDocument  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import run, write  # noqa: E402
 from tests.integrations.conftest import tiny_model_dir  # noqa: E402
+from tests.integrations.rag_examples import check_example  # noqa: E402
 from tests.utils import assert_stored_dense, expected_document_vectors  # noqa: E402
 
 LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(40))
@@ -131,16 +133,24 @@ def test_recemb_model_stores_whole_documents_and_passages_with_their_original_te
         assert_stored_dense(stored.vector["dense"],
                             expected_document_vectors(tiny_embedder, [LONG], 16, passages_above=32)[0],
                             rtol=1e-5, atol=1e-6)
-        # Passage hits: the passage's own characters, its place, recemb's keys beside the user's.
-        hits = store.similarity_search_with_score("herring and cod at dawn", k=3, granularity="passage")
-        assert hits and all(isinstance(score, float) for _, score in hits)
-        for document, _ in hits:
-            meta = document.metadata
-            if meta.get("kind") == "passage":
-                assert document.page_content == LONG[meta["start"]:meta["end"]] and meta["source"] == "log.txt"
-                assert meta["line"] == 1 and meta["document_id"] == document.id == "log"
+        # By default, hits for an LLM's context: the long document's best passage, its own characters and place
+        # (recemb's keys beside the user's), each document once; the short one whole, with the user's metadata.
+        hits = store.similarity_search_with_score("herring and cod at dawn", k=3)
+        assert sorted(d.id for d, _ in hits) == sorted(ids) and all(isinstance(score, float) for _, score in hits)
+        passage = next(d for d, _ in hits if d.id == "log")
+        meta = passage.metadata
+        assert meta["kind"] == "passage" and passage.page_content == LONG[meta["start"]:meta["end"]]
+        assert meta["source"] == "log.txt" and meta["line"] == 1 and meta["document_id"] == "log"
+        assert len(passage.page_content) < len(LONG) / 4
+        assert next(d for d, _ in hits if d.id != "log").metadata == {"source": "n.txt"}
+        # Several passages of one document where asked for: those that overlap merged, so no character comes twice.
+        several = store.similarity_search("herring and cod at dawn", k=4, per_document=None, filter={"source":
+                                                                                                     "log.txt"})
+        spans = sorted((d.metadata["start"], d.metadata["end"]) for d in several)
+        assert len(several) >= 2 and all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        assert all(d.page_content == LONG[d.metadata["start"]:d.metadata["end"]] for d in several)
         # Document hits: each document once, its whole text, its best passage's place as evidence.
-        documents = store.similarity_search("herring and cod at dawn", k=5)
+        documents = store.similarity_search("herring and cod at dawn", k=5, granularity="document")
         assert sorted(d.id for d in documents) == sorted(ids)
         log = next(d for d in documents if d.id == "log")
         assert log.page_content == LONG and log.metadata["kind"] == "document"
@@ -262,9 +272,15 @@ def test_a_collection_written_by_recemb_sync_answers_as_a_retriever(tmp_path, ti
     assert run(capsys, ["sync", str(folder), "--passage-tokens", "16", "--passages-above", "32", *opts])[0] == 0
     # No setting repeated: the store reads the collection's own (passages, BM25, no stored texts).
     with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "store") as store:
-        hits = store.as_retriever(search_kwargs={"k": 2, "granularity": "passage"}).invoke("herring and cod")
-        assert len(hits) == 2 and all(h.id == "log.txt" and h.metadata["kind"] == "passage" for h in hits)
-        for hit in hits:  # the collection keeps no texts: the passage is read from its unchanged file
+        hits = store.as_retriever(search_kwargs={"k": 2}).invoke("herring and cod")  # the defaults: for an LLM
+        assert sorted(h.id for h in hits) == ["log.txt", "note.txt"]  # each document once
+        hit = next(h for h in hits if h.id == "log.txt")  # the collection keeps no texts: read from its file
+        assert hit.metadata["kind"] == "passage" and hit.metadata["line"] == 1
+        assert hit.page_content == LONG[hit.metadata["start"]:hit.metadata["end"]]
+        hits = store.as_retriever(search_kwargs={"k": 2, "per_document": 2, "filter": {"file_name": "log.txt"}}
+                                  ).invoke("herring and cod")
+        assert hits and all(h.id == "log.txt" and h.metadata["kind"] == "passage" for h in hits)
+        for hit in hits:
             assert hit.page_content == LONG[hit.metadata["start"]:hit.metadata["end"]] and hit.metadata["line"] == 1
         assert store.collection.sync.settings.passage_tokens == 16
         # The file changes: its passage's text is not made up, the note says why.
@@ -290,13 +306,18 @@ def test_recemb_search_reads_a_collection_written_through_langchain(tmp_path, ti
                                      "--qdrant-path", str(tmp_path / "store"), "--collection", "c", "--mode",
                                      "sparse"])
     assert code == 0 and report and report[0]["document_id"] == "log"
-    # ... and the main job's API finds the same documents with the collection's recorded settings.
+    # ... and the main job's API finds the same documents with the collection's recorded settings; they are the
+    # framework's: an API sync of its own root does not take them over.
     with open_store(path=tmp_path / "store") as s:
         from recemb.core import Embedder
 
         sync = QdrantSync.open(s, "c", Embedder.from_pretrained(tiny_folder, device="cpu", backend="torch"))
         assert sync.settings.passage_tokens == 16 and sync.count() == 2
-        assert sync.sync([RecembDocument("tide", "the tide follows the moon")], delete_missing=False).unchanged == 1
+        tide = [RecembDocument("tide", "the tide follows the moon")]
+        assert sync.sync(tide, delete_missing=False, framework=True).unchanged == 1
+        report = sync.sync([RecembDocument("tide", "changed")], delete_missing=False)
+        assert [f[0] for f in report.failed] == ["tide"] and "framework's vector store" in report.failed[0][1]
+        assert sync.get_documents(["tide"])[0].text == "the tide follows the moon"
 
 
 def test_from_texts_and_async(tmp_path):
@@ -318,50 +339,45 @@ def test_from_texts_and_async(tmp_path):
         store.close()
 
 
-def test_the_example_runs_offline_and_cites_its_passages(tmp_path, tiny_folder):
-    import os
-    import re
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    folder = root / "examples" / "documents"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), HF_HUB_OFFLINE="1")
-    command = [sys.executable, str(root / "examples" / "langchain_retriever.py"), "--model", str(tiny_folder),
-               "--store", str(tmp_path / "store")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    citations = re.findall(r"\[([^,\]]+), line (\d+), characters ([\d,]+)-([\d,]+)\]", done.stdout)
-    assert len(citations) == 6 and done.stdout.count("Q: ") == 2
-    texts = {f.name: f.read_text(encoding="utf-8") for f in folder.glob("*.md")}
-    for name, line, start, end in citations:  # each span is in its file, on the line it names
-        start, end = int(start.replace(",", "")), int(end.replace(",", ""))
-        assert name in texts and 0 <= start < end <= len(texts[name])
-        assert texts[name][:start].count("\n") + 1 == int(line)
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout == done.stdout  # the second run found every document stored
+def test_the_rag_example_sends_the_llm_cited_passages_not_whole_files(tmp_path, tiny_folder):
+    check_example("langchain_retriever.py", str(tiny_folder), tmp_path)
 
 
-def test_a_folder_sync_manages_its_root_and_one_with_a_prefix_leaves_framework_documents(tmp_path, tiny_folder,
-                                                                                         capsys):
-    """What the README says of sharing a collection: a folder's sync deletes every document of its root that is not
-    in the folder, those added through LangChain (which writes as the unprefixed root) included; a folder synced
-    with --id-prefix manages only its prefix, and leaves them."""
+def test_a_folder_sync_never_deletes_framework_documents_and_a_framework_delete_never_a_folders(tmp_path, tiny_folder,
+                                                                                               capsys, store_kind):
+    """Documents added through LangChain belong to the framework owner: a folder's sync into the same collection,
+    with or without --id-prefix, deletes none of them (nor counts them for its mass-delete guard), and a LangChain
+    delete of a folder's document is refused before anything is deleted."""
     folder = tmp_path / "docs"
     for name in ("a.txt", "b.txt", "c.txt", "d.txt"):
         write(folder / name, f"{name} is about the sea and its boats")
     added = [Document(page_content="added through LangChain", id="extra"), Document(page_content="and", id="more")]
-    for prefix, deleted, kept in (([], 2, []), (["--id-prefix", "docs"], 0, ["extra", "more"])):
-        opts = ["--model", str(tiny_folder), "--qdrant-path", str(tmp_path / f"store{len(prefix)}"),
-                "--collection", "c", *prefix]
+    for prefix in ([], ["--id-prefix", "docs"]):
+        names = [f"docs/{n}" if prefix else n for n in ("a.txt", "b.txt", "c.txt", "d.txt")]
+        store_path = tmp_path / f"store{len(prefix)}"
+        opts = ["--model", str(tiny_folder), "--qdrant-path", str(store_path), "--collection", "c",
+                "--store", store_kind, *prefix]
         assert run(capsys, ["sync", str(folder), *opts])[0] == 0
-        with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / f"store{len(prefix)}") as store:
+        with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=store_path, store_kind=store_kind) as store:
             store.add_documents(added)
         code, report, _ = run(capsys, ["sync", str(folder), *opts])
-        assert code == 0 and report["deleted"] == deleted
-        with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / f"store{len(prefix)}") as store:
-            names = ["a.txt", "b.txt", "c.txt", "d.txt"]
-            assert sorted(documents_held(store)) == sorted([f"docs/{n}" for n in names] if prefix else names) + kept
+        assert code == 0 and report["deleted"] == 0
+        (folder / "d.txt").unlink()  # one of the folder's four goes: a quarter, not half with the framework's two
+        code, report, _ = run(capsys, ["sync", str(folder), *opts])
+        assert code == 0 and report["deleted"] == 1
+        write(folder / "d.txt", "d.txt is about the sea and its boats")
+        assert run(capsys, ["sync", str(folder), *opts])[0] == 0
+        with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=store_path, store_kind=store_kind) as store:
+            assert sorted(documents_held(store)) == sorted(names + ["extra", "more"])
+            with pytest.raises(NotOwnedError, match="1 of the documents named .*nothing was deleted"):
+                store.delete(["extra", names[0]])  # half-valid: nothing deleted
+            assert sorted(documents_held(store)) == sorted(names + ["extra", "more"])
+            with pytest.raises(AddError, match="not by a framework's vector store"):  # nor overwritten
+                store.add_documents([Document(page_content="overwritten?", id=names[1])])
+            kept, = store.collection.get([names[1]])
+            assert kept.content_hash == content_hash("b.txt is about the sea and its boats")  # the folder's own
+            store.delete(["extra"])
+            assert sorted(documents_held(store)) == sorted(names + ["more"])
 
 
 def test_concurrent_async_adds_write_each_document_once(tmp_path, tiny_folder):

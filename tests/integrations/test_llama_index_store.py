@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +34,10 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 
 from recemb_integrations.framework_collection import AddError  # noqa: E402
 from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore  # noqa: E402
-from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync, content_hash  # noqa: E402
+from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync, VectorError, content_hash  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import run, write  # noqa: E402
+from tests.integrations.rag_examples import check_example  # noqa: E402
 from tests.utils import assert_stored_dense  # noqa: E402
 
 LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(20))
@@ -252,15 +250,25 @@ def test_a_long_node_gets_passages_with_their_places(tmp_path, tiny_folder, stor
         assert_stored_dense(stored.vector["dense"], unit(log.embedding), rtol=1e-5, atol=1e-6)
 
         query = VectorStoreQuery(query_str="herring and cod at dawn", similarity_top_k=3)
-        hits = store.query(query, granularity="passage").nodes
-        assert len(hits) == 3 and any(h.metadata.get("kind") == "passage" for h in hits)
-        for hit in hits:
-            if hit.metadata.get("kind") == "passage":
-                assert hit.node_id == f"log#passage-{hit.metadata['passage']}" and hit.ref_doc_id == "log"
-                assert hit.text == LONG[hit.start_char_idx:hit.end_char_idx] and hit.metadata["line"] == 1
-                assert hit.metadata["source"] == "log.txt" and "_node" not in hit.metadata
-                assert "start" in hit.excluded_llm_metadata_keys and "source" not in hit.excluded_llm_metadata_keys
-        documents = store.query(query)  # the store's granularity: each document once, whole
+        hits = store.query(query).nodes  # the defaults, for an LLM's context: passages, each document once
+        assert sorted(h.ref_doc_id for h in hits) == ["log", "note"]
+        hit = next(h for h in hits if h.ref_doc_id == "log")
+        assert hit.node_id == f"log#passage-{hit.metadata['passage']}" and hit.metadata["kind"] == "passage"
+        assert hit.text == LONG[hit.start_char_idx:hit.end_char_idx] and hit.metadata["line"] == 1
+        assert hit.metadata["source"] == "log.txt" and "_node" not in hit.metadata
+        assert "start" in hit.excluded_llm_metadata_keys and "source" not in hit.excluded_llm_metadata_keys
+        short = next(h for h in hits if h.ref_doc_id == "note")  # too short for passages: whole, citable
+        assert short.text == "a short note on cod" == short.text[short.start_char_idx:short.end_char_idx]
+        # A query engine with the defaults answers from the passage, not the whole document.
+        engine = VectorStoreIndex.from_vector_store(store, embed_model=model).as_query_engine(llm=MockLLM(),
+                                                                                             similarity_top_k=2)
+        sources = {n.node.ref_doc_id: n.node for n in engine.query("herring and cod at dawn").source_nodes}
+        assert sorted(sources) == ["log", "note"] and len(sources["log"].text) < len(LONG) / 4
+        assert sources["log"].text == LONG[sources["log"].start_char_idx:sources["log"].end_char_idx]
+        several = store.query(query, granularity="passage", per_document=3).nodes  # asked for: merged spans
+        spans = sorted((h.start_char_idx, h.end_char_idx) for h in several if h.ref_doc_id == "log")
+        assert len(spans) >= 2 and all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        documents = store.query(query, granularity="document")  # each document once, whole
         assert sorted(documents.ids) == ["log", "note"]
         whole = next(n for n in documents.nodes if n.node_id == "log")
         assert whole.text == LONG and whole.ref_doc_id == "log" and whole.metadata["kind"] == "document"
@@ -324,10 +332,12 @@ def test_bad_arguments_fail_before_any_write(tmp_path):
         with pytest.raises(ValueError, match="'ref_doc_id' is the store's own"):
             store.add(embedded([TextNode(id_="a", text="a", metadata={"ref_doc_id": "x"}, relationships=source("y"))],
                                model))
-        with pytest.raises(AddError, match="1 of the documents were not added .*nonzero vector"):
-            store.add([TextNode(id_="a", text="fine", embedding=model.get_text_embedding("fine")),
-                       TextNode(id_="b", text="zero", embedding=[0.0] * 16)])
-        assert sorted(documents_held(store)) == ["a"]  # the others were written
+        for bad, why in (([0.0] * 16, "is all zeros"), ([1.0] * 8, "has 8 values"),
+                         ([float("nan")] * 16, "holds NaN")):
+            with pytest.raises(VectorError, match=f"the embedding of 'b' {why}"):  # before any write
+                store.add([TextNode(id_="a", text="fine", embedding=model.get_text_embedding("fine")),
+                           TextNode(id_="b", text="bad", embedding=bad)])
+            assert not store.collection.exists()  # not even the collection was made
 
 
 # ---------------------------------------------------------------------- LlamaIndex's own paths
@@ -420,20 +430,24 @@ def test_a_collection_written_by_recemb_sync_answers_through_a_retriever(tmp_pat
     # No setting repeated: the store reads the collection's own (passages, BM25, no stored texts).
     with RecembVectorStore("c", path=tmp_path / "store", embed_model=model) as store:
         index = VectorStoreIndex.from_vector_store(store, embed_model=model)
-        hits = index.as_retriever(similarity_top_k=2, vector_store_kwargs={"granularity": "passage"}).retrieve(
+        hits = index.as_retriever(similarity_top_k=2).retrieve("herring and cod")  # the defaults: for an LLM
+        assert sorted(h.node.ref_doc_id for h in hits) == ["log.txt", "note.txt"]
+        hits = index.as_retriever(similarity_top_k=2, vector_store_kwargs={"per_document": 2}).retrieve(
             "herring and cod")
-        assert len(hits) == 2
-        for hit in hits:  # the collection keeps no texts: the passage is read from its unchanged file
+        assert hits[0].node.ref_doc_id == "log.txt"
+        for hit in (h for h in hits if h.node.ref_doc_id == "log.txt"):  # no stored texts: read from the file
             node = hit.node
             assert node.node_id.startswith("log.txt#passage-") and node.ref_doc_id == "log.txt"
             assert node.text == LONG[node.start_char_idx:node.end_char_idx] and node.metadata["line"] == 1
         assert store.collection.sync.settings.passage_tokens == 16
-        documents = index.as_retriever(similarity_top_k=2).retrieve("the tide follows the moon")
+        documents = index.as_retriever(similarity_top_k=2, vector_store_kwargs={"granularity": "document"}
+                                       ).retrieve("the tide follows the moon")
         assert {h.node.node_id: h.node.text for h in documents} == {"log.txt": LONG,
                                                                     "note.txt": "the tide follows the moon"}
         write(folder / "log.txt", LONG.upper())  # the file changes: no text is made up, the note says why
         changed = store.query(VectorStoreQuery(query_str="herring and cod", similarity_top_k=2), granularity="passage")
-        assert changed.nodes and all(n.text == "" and "changed" in n.metadata["note"] for n in changed.nodes)
+        changed = [n for n in changed.nodes if n.ref_doc_id == "log.txt"]
+        assert changed and all(n.text == "" and "changed" in n.metadata["note"] for n in changed)
     with RecembVectorStore("c", path=tmp_path / "store", embed_model=HashEmbedding()) as other:
         with pytest.raises(CollectionMismatchError):  # another model: the pin refuses it
             VectorStoreIndex.from_vector_store(other, embed_model=HashEmbedding()).as_retriever().retrieve("x")
@@ -477,19 +491,5 @@ def test_async_forms(tmp_path):
         store.close()
 
 
-def test_the_example_runs_offline_and_cites_its_sources(tmp_path, tiny_folder):
-    folder = ROOT / "examples" / "documents"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), HF_HUB_OFFLINE="1")
-    command = [sys.executable, str(ROOT / "examples" / "llama_index_query_engine.py"), "--model", str(tiny_folder),
-               "--store", str(tmp_path / "store")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    citations = re.findall(r"\[([^,\]]+), line (\d+), characters ([\d,]+)-([\d,]+)\]", done.stdout)
-    assert len(citations) == 6 and done.stdout.count("Q: ") == 2
-    texts = {f.name: f.read_text(encoding="utf-8") for f in folder.glob("*.md")}
-    for document_id, line, start, end in citations:  # each span is in its file, on the line it names
-        start, end, name = int(start.replace(",", "")), int(end.replace(",", "")), Path(document_id).name
-        assert Path(document_id).parent == folder and name in texts and 0 <= start < end <= len(texts[name])
-        assert texts[name][:start].count("\n") + 1 == int(line)
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout == done.stdout  # the second run found every document stored
+def test_the_rag_example_answers_from_cited_passages_not_whole_files(tmp_path, tiny_folder):
+    check_example("llama_index_query_engine.py", str(tiny_folder), tmp_path)

@@ -363,3 +363,28 @@ def test_a_collection_that_does_not_record_how_it_embedded_long_documents_keeps_
         sync = QdrantSync(store, "p", tiny_embedder)
         sync.sync([Document("a", "x y"), Document("b", "one two three four five six seven eight nine")])
         assert sync.settings.long_documents == "whole+passages"
+
+
+def test_the_command_caps_the_passages_of_one_document(tmp_path, opts, capsys, no_model):
+    from tests.integrations.cli_cases import run
+
+    # the cap names passages: with document granularity it is refused before the model loads
+    code, _, err = run(capsys, ["search", "tide", "--per-document", "1", *opts])
+    assert code == 2 and "--per-document caps the passages of one document" in err
+
+
+def test_the_commands_per_document_gives_each_documents_best_passages(tmp_path, opts, capsys):
+    from tests.integrations.cli_cases import run, write
+
+    for i in range(3):
+        write(tmp_path / "docs" / f"d{i}.md", " ".join(f"tide {i} moon {j} harbour." for j in range(60)))
+    assert run(capsys, ["sync", str(tmp_path / "docs"), "--passage-tokens", "12", "--passages-above", "24",
+                        *opts])[0] == 0
+    code, hits, _ = run(capsys, ["search", "tide moon harbour", "--granularity", "passage", "--limit", "6", *opts])
+    assert code == 0 and len(hits) == 6 and len({h["document_id"] for h in hits}) < 6  # uncapped: repeats
+    for cap in (1, 2):
+        code, hits, _ = run(capsys, ["search", "tide moon harbour", "--granularity", "passage", "--limit", "6",
+                                     "--per-document", str(cap), *opts])
+        ids = [h["document_id"] for h in hits]
+        assert code == 0 and len(ids) == 3 * cap and all(ids.count(d) == cap for d in set(ids))
+        assert all(h["excerpt"] for h in hits)
