@@ -1,4 +1,5 @@
-"""A folder of long documents through LangChain, three ways: what each run writes and what it leaves behind.
+"""A folder of long documents through LangChain: what each run writes and leaves behind, and what a k=4 retriever
+hands the LLM.
 
     python3 benchmarks/framework_ingest.py                 # 24 documents of 1,500 words, Qdrant Edge
     python3 benchmarks/framework_ingest.py --docs 8 --words 600 --store local   # a quick look
@@ -10,6 +11,8 @@ unchanged, then re-ingested after one file was edited (a sentence replaced in it
   ``QdrantVectorStore.from_documents`` / ``add_documents`` with no ids (random UUIDs), all-MiniLM-L6-v2;
 - **langchain-qdrant, ids per chunk**: the same, each chunk's id a UUID of (source, chunk number), what a careful
   user writes;
+- **langchain-qdrant, hybrid**: ids per chunk, and recemb's BM25 (``RecEmbBm25SparseEmbeddings``, IDF by Qdrant)
+  beside all-MiniLM-L6-v2 in ``RetrievalMode.HYBRID``: the pipeline a user would wire up instead of recemb;
 - **recemb**: ``RecembVectorStore`` with ``RecEmbEmbeddings`` (the bundled recemb-mamba2-mini), each whole file one
   LangChain ``Document`` whose id is its path (passages by the collection's defaults).
 
@@ -18,8 +21,12 @@ current unit beyond the first: a chunk, or a recemb document or passage) and sta
 among the chunks the current files make; recemb: a document point without its file's current text, a passage not
 cut from it), and the run's seconds. Then recall@1 of a sentence from each document: the first hit's source is its
 document. Tokens/s: the documents' tokens (the bundled model's tokenizer, no special tokens) over the first
-ingest's seconds, models loaded beforehand. Prints a markdown table; writes
-benchmarks/results/framework_ingest.json (``--out``).
+ingest's seconds, models loaded beforehand.
+
+Then what a retriever with ``k=4`` and each store's defaults hands an LLM, for the same sentence queries (drawn from
+the final files): characters per query (the hits' ``page_content``), distinct files among the four, and top-4 hit
+rate (the query's file among the hits' sources); for recemb also with ``granularity="document"`` (whole documents,
+the default before issue #56). Prints markdown tables; writes benchmarks/results/framework_ingest.json (``--out``).
 """
 
 from __future__ import annotations
@@ -74,12 +81,12 @@ class MiniLM:
 class LangchainQdrant:
     """langchain-qdrant's store on qdrant-client's local mode (its own choice of embedded store)."""
 
-    def __init__(self, folder: Path, with_ids: bool, embeddings):
+    def __init__(self, folder: Path, with_ids: bool, embeddings, hybrid: bool = False):
         from langchain_core.embeddings import Embeddings
-        from langchain_qdrant import QdrantVectorStore
+        from langchain_qdrant import QdrantVectorStore, RetrievalMode
         from langchain_text_splitters import RecursiveCharacterTextSplitter
         from qdrant_client import QdrantClient
-        from qdrant_client.models import Distance, VectorParams
+        from qdrant_client.models import Distance, Modifier, SparseVectorParams, VectorParams
 
         class Wrapped(Embeddings):
             def embed_documents(self, texts):
@@ -89,8 +96,18 @@ class LangchainQdrant:
                 return embeddings.embed_query(text)
 
         self.client = QdrantClient(path=str(folder))
-        self.client.create_collection("c", vectors_config=VectorParams(size=384, distance=Distance.COSINE))
-        self.store = QdrantVectorStore(self.client, "c", embedding=Wrapped())
+        if hybrid:
+            from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+
+            self.client.create_collection("c", vectors_config={"dense": VectorParams(size=384,
+                                                                                    distance=Distance.COSINE)},
+                                          sparse_vectors_config={"bm25": SparseVectorParams(modifier=Modifier.IDF)})
+            self.store = QdrantVectorStore(self.client, "c", embedding=Wrapped(), vector_name="dense",
+                                           sparse_embedding=RecEmbBm25SparseEmbeddings(), sparse_vector_name="bm25",
+                                           retrieval_mode=RetrievalMode.HYBRID)
+        else:
+            self.client.create_collection("c", vectors_config=VectorParams(size=384, distance=Distance.COSINE))
+            self.store = QdrantVectorStore(self.client, "c", embedding=Wrapped())
         self.splitter = RecursiveCharacterTextSplitter(chunk_size=1000, chunk_overlap=200)
         self.with_ids = with_ids
 
@@ -130,6 +147,11 @@ class LangchainQdrant:
     def first_source(self, query: str) -> str | None:
         hits = self.store.similarity_search(query, k=1)
         return hits[0].metadata["source"] if hits else None
+
+    def retrieve(self, query: str, k: int, **search) -> list[tuple[str, str]]:
+        """What the store's retriever, with its defaults, hands an LLM: (source, page_content) of each hit."""
+        return [(d.metadata["source"], d.page_content) for d in
+                self.store.as_retriever(search_kwargs={"k": k, **search}).invoke(query)]
 
     def close(self) -> None:
         self.client.close()
@@ -190,11 +212,17 @@ class Recemb:
         hits = self.store.similarity_search(query, k=1)
         return hits[0].id if hits else None
 
+    def retrieve(self, query: str, k: int, **search) -> list[tuple[str, str]]:
+        return [(d.id, d.page_content) for d in self.store.as_retriever(search_kwargs={"k": k, **search}).invoke(query)]
+
     def close(self) -> None:
         self.store.close()
 
 
-def run(name: str, make, files: dict[str, str], edited: str, queries: dict[str, str], tokens: int) -> dict:
+def run(name: str, make, files: dict[str, str], edited: str, queries: dict[str, str], tokens: int,
+        context_queries: dict[str, str], ways: dict[str, dict]) -> dict:
+    """The three ingests, recall@1, and the context a k=4 retriever hands an LLM (``ways``: label -> the retriever's
+    search options, the store's defaults for {})."""
     side = make()
     row: dict = {"side": name, "runs": []}
     versions = [("first ingest", files), ("unchanged again", files),
@@ -209,8 +237,25 @@ def run(name: str, make, files: dict[str, str], edited: str, queries: dict[str, 
     hits = sum(side.first_source(q) == source for source, q in queries.items())
     row["recall@1"] = hits / len(queries)
     row["tokens_per_second"] = tokens / row["runs"][0]["seconds"]
+    row["context"] = [context_row(f"{name}{label}", side, context_queries, options, K_CONTEXT)
+                      for label, options in ways.items()]
     side.close()
     return row
+
+
+K_CONTEXT = 4  # hits a retriever hands the LLM
+
+
+def context_row(name: str, side, queries: dict[str, str], options: dict, k: int) -> dict:
+    """Per query: the characters of the k hits, the distinct files among them, and whether the query's file is one."""
+    chars, files, found = [], [], 0
+    for source, query in queries.items():
+        hits = side.retrieve(query, k, **options)
+        chars.append(sum(len(text) for _, text in hits))
+        files.append(len({s for s, _ in hits}))
+        found += source in {s for s, _ in hits}
+    return {"store": name, "k": k, "chars_per_query": sum(chars) / len(chars), "max_chars": max(chars),
+            "distinct_files": sum(files) / len(files), "hit_rate": found / len(queries)}
 
 
 def _edit(text: str) -> str:
@@ -234,6 +279,8 @@ def main() -> None:
     edited = sorted(files)[len(files) // 2]
     rng = random.Random(0)
     queries = {source: sentence_of(text, rng) for source, text in files.items()}
+    final = {**files, edited: _edit(files[edited])}
+    context_queries = {source: sentence_of(text, random.Random(1)) for source, text in final.items()}
     tokenizer = Embedder.from_pretrained(DEFAULT_MODEL, device="cpu").tokenizer
     tokens = sum(len(tokenizer.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in files.values())
     minilm = MiniLM()
@@ -241,16 +288,22 @@ def main() -> None:
     recemb_embeddings = RecEmbEmbeddings(model_name=DEFAULT_MODEL, model_kwargs={"device": "cpu"})
     recemb_embeddings.embed_documents(["warm up"])
     rows = []
+    defaults = {"": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         rows.append(run("langchain-qdrant, defaults", lambda: LangchainQdrant(tmp / "a", False, minilm), files,
-                        edited, queries, tokens))
+                        edited, queries, tokens, context_queries, defaults))
         rows.append(run("langchain-qdrant, ids per chunk", lambda: LangchainQdrant(tmp / "b", True, minilm), files,
-                        edited, queries, tokens))
+                        edited, queries, tokens, context_queries, defaults))
+        rows.append(run("langchain-qdrant, hybrid (MiniLM + BM25)", lambda: LangchainQdrant(tmp / "h", True, minilm,
+                                                                                          hybrid=True),
+                        files, edited, queries, tokens, context_queries, defaults))
         rows.append(run(f"recemb RecembVectorStore ({args.store})", lambda: Recemb(tmp / "c", args.store,
                                                                                   recemb_embeddings),
-                        files, edited, queries, tokens))
-    result = {"docs": args.docs, "words": args.words, "tokens": tokens, "edited": edited, "rows": rows}
+                        files, edited, queries, tokens, context_queries,
+                        {"": {}, ', granularity="document"': {"granularity": "document"}}))
+    result = {"docs": args.docs, "words": args.words, "tokens": tokens, "edited": edited, "rows": rows,
+              "characters_per_document": sum(map(len, final.values())) / len(final)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"{args.docs} documents of {args.words} words ({tokens:,} tokens); edited: {edited}\n")
@@ -264,6 +317,14 @@ def main() -> None:
     print("|---|---:|---:|")
     for row in rows:
         print(f"| {row['side']} | {row['tokens_per_second']:,.0f} | {row['recall@1']:.3f} |")
+    print(f"\n| retriever (k={K_CONTEXT}, defaults) | characters per query (mean) | most | distinct files | "
+          f"top-{K_CONTEXT} hit rate |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        for c in row["context"]:
+            print(f"| {c['store']} | {c['chars_per_query']:,.0f} | {c['max_chars']:,} | {c['distinct_files']:.2f} | "
+                  f"{c['hit_rate']:.3f} |")
+    print(f"\n(a document: {result['characters_per_document']:,.0f} characters on average)")
 
 
 if __name__ == "__main__":
