@@ -143,12 +143,14 @@ def test_framework_documents_written_before_they_had_an_owner_are_taken_over(tmp
     opts = ["--model", str(tiny_folder), "--qdrant-path", str(store_path), "--collection", "c", "--store", store_kind]
     assert run(capsys, ["sync", str(docs), *opts])[0] == 0
     with open_store(path=store_path, kind=store_kind) as store:  # what the framework stores wrote until now
-        QdrantSync(store, "c", tiny_embedder).sync([Document(i, t) for i, t in ADDED.items() if i != "a.txt"],
-                                                   delete_missing=False)
+        QdrantSync(store, "c", tiny_embedder).sync([Document(i, t) for i, t in ADDED.items() if i != "a.txt"]
+                                                   + [Document("gull", "gulls follow the boats")], delete_missing=False)
     assert {i: r for i, (_, r) in held(store_path, store_kind).items()} == {"f.txt": "", "bread": "",
-                                                                           "notes/owl": ""}
+                                                                           "notes/owl": "", "gull": ""}
     with FrameworkCollection("c", lambda: tiny_embedder, path=store_path, store_kind=store_kind) as framework:
-        assert framework.document_ids(owned=True) == ["bread", "notes/owl"]
+        assert framework.document_ids(owned=True) == ["bread", "gull", "notes/owl"]
+        assert framework.delete(["gull"]) == 1  # deleted as it was, with its passages
+        assert "gull" not in held(store_path, store_kind, opened=framework.store)
         report = framework.add([Document("bread", ADDED["bread"]), Document("notes/owl", "owls changed")])
         assert report.unchanged == 1 and report.updated == 1
         assert {i: r for i, (_, r) in held(store_path, store_kind, opened=framework.store).items()} == {
