@@ -68,7 +68,7 @@ store.count("m")
 reopen = time.time() - t
 size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file()) / 1e6
 groups = np.arange(N) % 10
-import recemb_integrations.stores.edge as edge_module  # noqa: E402
+import recemb_integrations.stores.edge_layouts as edge_module  # noqa: E402
 
 rows = {}
 for ef in [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else str(edge_module.HNSW_EF)).split(",")]:

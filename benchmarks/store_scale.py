@@ -21,7 +21,7 @@ Sections (``--sections``, comma-separated; sizes by flags):
   "passage", "group": i % 10}`` with an integer payload index on ``group``. Upsert, ``optimize(force=True)``,
   reopen; then the IR queries' real query embeddings through ``EdgeStore.query(SearchRequest(...))``: latency
   and recall@10 against exact search (numpy, float32, brute force over the same vectors), unfiltered and
-  ``group == 3`` (10%), for each ``--hnsw-ef`` value (set through ``recemb_integrations.stores.edge.HNSW_EF``,
+  ``group == 3`` (10%), for each ``--hnsw-ef`` value (set through ``recemb_integrations.stores.edge_layouts.HNSW_EF``,
   read at query time).
 
 How each number is measured, per configuration in a child process of its own (peak RSS: the child's VmHWM; a
@@ -827,7 +827,7 @@ def child_million(spec: dict) -> dict:
     """Edge at N points: upsert, optimize, reopen, then latency and recall@10 per hnsw_ef."""
     from qdrant_client import models
 
-    import recemb_integrations.stores.edge as edge
+    import recemb_integrations.stores.edge_layouts as edge
     from recemb_integrations.stores import INTEGER, SearchRequest, StoredPoint
     from recemb_integrations.stores.edge import EdgeStore
 
@@ -1331,7 +1331,7 @@ def main(argv=None) -> int:
             if getattr(args, key) == getattr(defaults, key):
                 setattr(args, key, value)
         args.million_queries = min(args.million_queries, QUICK["queries"])
-    import recemb_integrations.stores.edge as edge
+    import recemb_integrations.stores.edge_layouts as edge
     from recemb.core import DEFAULT_MODEL
 
     args.model = args.model or DEFAULT_MODEL

@@ -225,3 +225,10 @@ def test_every_change_of_the_main_job_goes_through_the_one_apply_step():
             if isinstance(node, ast.Attribute) and node.attr in STORE_WRITES:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_store_module_is_over_500_lines():
+    """The stores are split by job (docs/architecture.md): a module that grows past 500 lines holds two."""
+    long = {p.name: n for p in (ROOT / "recemb_integrations" / "stores").glob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert not long, long

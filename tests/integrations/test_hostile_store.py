@@ -160,7 +160,7 @@ def test_a_full_disk_is_one_line_and_the_same_sync_completes_once_space_is_freed
 def test_the_free_space_check_comes_before_any_write_and_loses_nothing(tmp_path, edge_opts, capsys, monkeypatch):
     """Anywhere (no namespace needed): a disk with less free space than Edge's margin refuses the sync before it
     writes, and the same sync completes once there is room."""
-    from recemb_integrations.stores import edge
+    from recemb_integrations.stores import edge_checks
 
     opts = edge_opts
     corpus = synced(tmp_path, opts, capsys)
@@ -168,7 +168,7 @@ def test_the_free_space_check_comes_before_any_write_and_loses_nothing(tmp_path,
     (corpus / "doc000.txt").write_text("a changed text")
     (corpus / "new.txt").write_text("a new one")
     with monkeypatch.context() as m:
-        m.setattr(edge, "_free_space", lambda folder: edge.SPACE_FLOOR - 1)
+        m.setattr(edge_checks, "free_space", lambda folder: edge_checks.SPACE_FLOOR - 1)
         for argv in (["sync", str(corpus)], ["search", "topic"]):
             code, _, err = run(capsys, [*argv, *opts], json_out=False)
             line = one_line_error(err)
@@ -185,7 +185,7 @@ def test_the_engine_reporting_a_full_disk_is_the_same_line(tmp_path, edge_opts, 
     exception, measured on ext4), its error is the same one line."""
     import qdrant_edge
 
-    from recemb_integrations.stores import edge
+    from recemb_integrations.stores import edge_collections
 
     opts = edge_opts
     synced(tmp_path, opts, capsys)
@@ -200,7 +200,7 @@ def test_the_engine_reporting_a_full_disk_is_the_same_line(tmp_path, edge_opts, 
                 raise Exception("Service runtime error: Failed to save structure on disk with error: No space left "
                                 f'on device (os error 28) at path "{path}/.atomicwriteX"')
 
-    monkeypatch.setattr(edge, "_edge", Engine)
+    monkeypatch.setattr(edge_collections, "_edge", Engine)
     code, _, err = run(capsys, ["search", "topic", *opts], json_out=False)
     line = one_line_error(err)
     assert code == 1 and f"no space left for the embedded store at {tmp_path / 'store'}" in line

@@ -243,7 +243,7 @@ def test_edge_store_cleans_what_a_killed_process_left(edge_folder):
 
 
 def test_edge_metadata_is_replaced_atomically(edge_folder, monkeypatch):
-    from recemb_integrations.stores import edge
+    from recemb_integrations.stores import edge, edge_files
     from recemb_integrations.stores.edge import EdgeStore
 
     with EdgeStore(edge_folder) as store:
@@ -253,7 +253,7 @@ def test_edge_metadata_is_replaced_atomically(edge_folder, monkeypatch):
         def crash(*args):
             raise KeyboardInterrupt("killed while replacing the record")
 
-        monkeypatch.setattr(edge.os, "replace", crash)
+        monkeypatch.setattr(edge_files.os, "replace", crash)
         with pytest.raises(KeyboardInterrupt):
             store.update_metadata("c", {"v": 2})
         monkeypatch.undo()

@@ -1,0 +1,107 @@
+"""A Qdrant Edge store folder's own files: the marker that makes a folder a recemb store, each collection's record
+(``collection.json``: its name, vector layout, recemb metadata and the point count at the last close), the lock that
+lets one process at a time open the store, and the atomic, durable replacement every one of them is written with."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError
+from recemb_integrations.stores.edge_checks import RECOVER, one_line
+
+__all__ = ["COLLECTION_FILE", "EDGE_MARKER", "STORE_FORMAT", "fsync_dir", "lock", "read_marker", "read_record",
+           "write_file", "write_json"]
+
+EDGE_MARKER = "recemb-edge.json"
+STORE_FORMAT = 1
+COLLECTION_FILE = "collection.json"
+
+
+def read_marker(marker: Path) -> int:
+    """The store format the marker records; a ``StoreDamagedError`` with the way to mend it if it cannot be read."""
+    try:
+        found = json.loads(marker.read_text(encoding="utf-8"))
+        version = found.get("format", 0) if isinstance(found, dict) else None
+        if not isinstance(version, int):
+            raise ValueError(f"its format is {version!r}, not a number")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StoreDamagedError(
+            f"{marker.absolute()} is damaged ({one_line(e)}); it marks the folder as a recemb store: write "
+            f'{{"format": {STORE_FORMAT}, "engine": "qdrant-edge"}} into it, or restore the store from a '
+            "backup") from None
+    return version
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A collection's record; None if it has none (not a collection, or one whose creation stopped)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record.get("name"), str) \
+                or not isinstance(record.get("dense_size"), int) or not isinstance(record.get("sparse"), bool):
+            raise ValueError("it lacks the collection's name or vector layout")
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StoreDamagedError(f"{path.absolute()} is damaged ({one_line(e)}); "
+                                + RECOVER.format(folder=path.parent.absolute())) from None
+    return record
+
+
+def lock(path: Path, where: str):
+    """An exclusive lock on the store, held while the file stays open; a StoreError if another process has it."""
+    handle = open(path, "a+")
+    try:
+        import fcntl
+    except ImportError:  # Windows: Edge's own write-ahead-log lock still refuses a second writer
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise StoreError(f"the embedded store at {where} is in use by another process (one at a time); wait for it "
+                         "to finish, or run a Qdrant server and pass --qdrant-url") from None
+    return handle
+
+
+def write_file(where: str, path: Path, data: dict[str, Any], doing: str) -> None:
+    """``write_json``, a full disk reported as the store's one-line ``StoreFullError`` (``where``: the store)."""
+    try:
+        write_json(path, data)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFullError(f"no space left for the embedded store at {where}: {doing} failed, its disk is full; "
+                                 "free some space there and run the command again (nothing written before is "
+                                 "lost)") from e
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` atomically and durably: a crash leaves the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep half a file
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # not possible on every platform (Windows): the rename is what matters
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
