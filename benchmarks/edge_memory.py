@@ -1,16 +1,18 @@
-"""Resident memory per point of the embedded Qdrant Edge store in each store layout (issue #47).
+"""Resident memory per point of the embedded Qdrant Edge store in each store layout (issues #47 and #57).
 
 For each layout ("ram": dense vectors, BM25 index and payloads in memory; "compact": an int8 copy of the dense
-vectors pinned in memory, float16 originals, BM25 index and payloads on disk) and each collection size N, two fresh
-child processes (this script with ``--child``) measure:
+vectors pinned in memory, float16 originals, BM25 index and payloads on disk; "lean": compact with the payload
+indexes and the point-id tracker mapped and every segment indexed, so no segment builds its BM25 index in memory)
+and each collection size N, two fresh child processes (this script with ``--child``) measure:
 
 - write: ``EdgeStore`` -> ``create_collection(layout=...)`` and the main job's payload indexes -> N passage-like
   points upserted through ``EdgeStore.upsert`` in batches of 256 (a 384-d unit vector from a few hundred random
   centres plus noise, a BM25 vector of 80 terms, ``passage_payload`` with a ~600-character text) ->
-  ``optimize(force=True)`` -> measure ->
-  ``close()``. Seconds to write and to optimize, peak RSS (VmHWM) before the optimize and overall, and after the
-  optimize RssAnon, RssFile and the file-backed resident KB per shard component (from /proc/self/smaps: mappings of
-  files under the store folder, grouped by the segment folder's component, e.g. ``vector_storage-dense``), the same
+  ``optimize(force=True)`` -> measure -> ``close()``; then the entries of the BM25 term tables the segments load
+  into memory when opened (their ``indices_tracker.json``: one entry a distinct term a segment holds). Seconds to
+  write and to optimize, peak RSS (VmHWM) before the optimize and overall, and after the optimize RssAnon, RssFile
+  and the file-backed resident KB per shard component (from /proc/self/smaps: mappings of files under the store
+  folder, grouped by the segment folder's component, e.g. ``vector_storage-dense``), the same
   again after ``malloc_trim(0)`` (what the allocator kept but the store no longer uses), and the size on disk per
   component.
 - read: a fresh process opens the store, runs 50 hybrid searches through ``EdgeStore.query`` (dense + BM25, DBSF,
@@ -35,8 +37,13 @@ for the sparse index's table of terms. ``--vocabulary V`` draws them from V hash
 as the stems of real texts are.
 
 Targets (issue #47): <= 1,600 bytes resident per point (total RSS minus baseline) after writing and after reopening
-and searching; recall@10 >= 0.97; compact search p95 <= 1.5x ram's at the same size. Prints markdown tables and
-writes JSON (one record per child, saved as each arrives) to results/edge_memory.json.
+and searching; recall@10 >= 0.97; compact search p95 <= 1.5x ram's at the same size. Issue #57: <= 1,600 bytes of
+anonymous memory a point after reopening and searching, with all-distinct BM25 ids as well; recall@10 >= 0.99;
+lean hybrid p95 <= 1.5x compact's in the same run. Prints markdown tables and writes JSON (one record per child,
+saved as each arrives) to results/edge_memory.json.
+
+    python3 benchmarks/edge_memory.py --points 120000 --layouts compact,lean                     # all distinct
+    python3 benchmarks/edge_memory.py --points 120000 --layouts compact,lean --vocabulary 50000
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ QUERY_TERMS = 4  # of the point's own 80 BM25 terms
 SEARCHES = 210  # of each kind; the first WARM_UP of each are left out of the percentiles
 WARM_UP = 10
 TARGET_BYTES, TARGET_RECALL, TARGET_P95_RATIO = 1600, 0.97, 1.5
+TARGET_LEAN_RECALL = 0.99  # issue #57, with TARGET_BYTES of anonymous memory and TARGET_P95_RATIO against compact
 WORDS = None
 
 
@@ -89,6 +97,16 @@ def disk_by_component(shard: Path) -> dict[str, int]:
     from recemb_integrations.stores.footprint import disk_by_part
 
     return disk_by_part(shard)
+
+
+def term_table_entries(shard: Path) -> int:
+    """Entries of the BM25 term tables (``indices_tracker.json``, a JSON map of term id -> offset per indexed
+    segment) under ``shard``, counted by their ``:`` without parsing the files."""
+    entries = 0
+    for table in shard.rglob("indices_tracker.json"):
+        with open(table, "rb") as f:
+            entries += sum(chunk.count(b":") for chunk in iter(lambda: f.read(1 << 20), b"")) - 1
+    return entries
 
 
 def memory(shard: Path) -> dict:
@@ -255,7 +273,9 @@ def write_child(folder: Path, layout: str, n: int) -> dict:
     trimmed = malloc_trim()
     after_trim = memory(shard)
     store.close()
-    return {"phase": "write", "layout": layout, "points": n, "write_s": round(write_s, 1),
+    entries = term_table_entries(shard)
+    return {"phase": "write", "layout": layout, "points": n, "term_table_entries": entries,
+            "write_s": round(write_s, 1),
             "optimize_s": round(optimize_s, 1), "vocabulary": VOCABULARY,
             "write_peaks": write_peaks, "optimize_peaks": optimize_peaks,
             "baseline": {k: base[k] for k in ("VmRSS", "RssAnon", "RssFile")},
@@ -361,8 +381,9 @@ def tables(records: list[dict]) -> str:
     reads = {(r["layout"], r["points"]): r for r in records if r["phase"] == "read"}
     out = ["### After writing (N points upserted, then optimize)", "",
            "| layout | points | write s | optimize s | peak MiB before optimize (anon / file) | peak MiB "
-           "(anon / file) | anon B/point | file B/point | total B/point | anon B/point after malloc_trim |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "(anon / file) | anon B/point | file B/point | total B/point | anon B/point after malloc_trim | "
+           "BM25 term-table entries |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (layout, n), r in writes.items():
         a, f, t = per_point(r["after_optimize"], r["baseline"], n)
         trim = per_point(r["after_trim"], r["baseline"], n)[0] if r.get("after_trim") else float("nan")
@@ -374,7 +395,7 @@ def tables(records: list[dict]) -> str:
         out.append(f"| {layout} | {n:,} | {r['write_s']} | {r['optimize_s']} | "
                    f"{r['before_optimize']['hwm_kb'] / 1024:,.0f} {split(r['write_peaks'])} | "
                    f"{r['after_optimize']['hwm_kb'] / 1024:,.0f} {split(r['optimize_peaks'])} | "
-                   f"{a:,.0f} | {f:,.0f} | {t:,.0f} | {trim:,.0f} |")
+                   f"{a:,.0f} | {f:,.0f} | {t:,.0f} | {trim:,.0f} | {r.get('term_table_entries', '-'):,} |")
     out += ["", f"### After reopening and {2 * SEARCHES} searches (fresh process)", "",
             "| layout | points | open s | anon B/point | file B/point | total B/point | peak MiB | first search ms "
             f"(mean of the first {WARM_UP}) | hybrid p50/p95 ms | dense p50/p95 ms | recall@10 (dense) | "
@@ -423,6 +444,18 @@ def targets(records: list[dict]) -> str:
             lines.append(f"- {'PASS' if r['recall@10'] >= TARGET_RECALL else 'FAIL'}: {layout} {n:,} recall@10 "
                          f"{r['recall@10']:.3f} (>= {TARGET_RECALL})")
     for (layout, n), r in reads.items():
+        compact = reads.get(("compact", n))
+        if layout == "lean":
+            anon = per_point(r["searched"], r["baseline"], n)[0]
+            lines.append(f"- {'PASS' if anon <= TARGET_BYTES else 'FAIL'}: lean {n:,} anonymous after reopening + "
+                         f"searching: {anon:,.0f} B/point (<= {TARGET_BYTES:,}; issue #57)")
+            lines.append(f"- {'PASS' if r['recall@10'] >= TARGET_LEAN_RECALL else 'FAIL'}: lean {n:,} recall@10 "
+                         f"{r['recall@10']:.3f} (>= {TARGET_LEAN_RECALL})")
+        if layout == "lean" and compact:
+            ratio = r["hybrid_p95_ms"] / compact["hybrid_p95_ms"]
+            lines.append(f"- {'PASS' if ratio <= TARGET_P95_RATIO else 'FAIL'}: {n:,} hybrid p95 lean "
+                         f"{r['hybrid_p95_ms']} ms = {ratio:.2f}x compact {compact['hybrid_p95_ms']} ms "
+                         f"(<= {TARGET_P95_RATIO}x)")
         ram = reads.get(("ram", n))
         if layout == "compact" and ram:
             for kind in ("hybrid", "dense"):
