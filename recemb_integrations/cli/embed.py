@@ -29,6 +29,9 @@ def add_info_command(commands) -> None:
     p = commands.add_parser("info", help="describe a model, or what a synced collection takes (--collection)")
     p.add_argument("model", nargs="?", help="model folder or Hugging Face id")
     add_qdrant_options(p, sync=False)
+    p.add_argument("--stats", action="store_true",
+                   help="with --collection: also its points by kind, documents by owner, every part on disk and "
+                        "resident, and the settings it recorded")
     # a collection is described only when named: `recemb info MODEL` opens no store
     p.set_defaults(run=cmd_info, collection=None)
 
@@ -88,6 +91,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         return cmd_collection_info(args)
     if args.model is None:
         raise CommandError("name a model to describe, or a collection with --collection")
+    if args.stats:
+        raise CommandError("--stats describes a collection: give --collection NAME")
     from recemb.core import Embedder, architecture
     from recemb.core.autodtype import auto_choice
     from recemb.core.loading import detect_architecture, resolve_model_path

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from recemb_integrations.cli.output import CommandError
 from recemb_integrations.sources import FolderSources, folder_sources
+from recemb_integrations.terminal import escape_controls
 
 __all__ = ["chosen_model", "collect_files", "default_qdrant_path", "load_embedder", "open_qdrant"]
 
@@ -68,12 +69,13 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
 
 
 def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True,
-                before_open: Callable[[str], None] | None = None):
+                before_open: Callable[[str], None] | None = None, read_only: str = "refuse"):
     """(store, where): a server for --qdrant-url / QDRANT_URL, else the embedded store at --qdrant-path (Qdrant Edge
     for a new folder; a folder that holds a qdrant-client local-mode store stays one; --store chooses).
 
     ``create=False`` (reads) never makes a folder or a store: a path that holds none is an error. ``before_open`` is
-    called with the store's kind ("server", "local" or "edge") just before it is opened."""
+    called with the store's kind ("server", "local" or "edge") just before it is opened. ``read_only="copy"`` (a
+    search): a Qdrant Edge store on a read-only mount is searched in a temporary copy, with a note on stderr."""
     from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError, detect_store_kind, open_store
 
     if args.qdrant_url and args.qdrant_path:
@@ -116,11 +118,14 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
     if before_open:
         before_open(kind if kind != "auto" else found or "edge")
     try:
-        return open_store(path=path, kind=kind), str(path)
+        store = open_store(path=path, kind=kind, read_only=read_only)
     except (StoreDamagedError, StoreFullError):
         raise  # the store is there but cannot be used: one line and exit code 1 (cli.output)
     except StoreError as e:
         raise CommandError(str(e)) from e
+    if getattr(store, "note", None):
+        print(f"recemb {args.command}: note: {escape_controls(store.note)}", file=sys.stderr)
+    return store, str(path)
 
 
 def collect_files(paths: list[str], id_prefix: str | None = None) -> FolderSources:

@@ -54,7 +54,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise CommandError("--per-document caps the passages of one document: give --granularity passage or any "
                            "(a document search returns each document once already)")
     filters = dict(_parse_filter(f) for f in args.filter)
-    store, where = resources.open_qdrant(args, create=False)
+    store, where = resources.open_qdrant(args, create=False, read_only="copy")
     with closing(store):
         record = read_record(store, args.collection)  # read once: the search below is given it
         if record is None:

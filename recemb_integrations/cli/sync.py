@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from recemb_integrations.qdrant.collection import scan_documents
     from recemb_integrations.qdrant.points import FRAMEWORK_ROOT
     from recemb_integrations.qdrant.record import check_collection_name, decide_settings
+    from recemb_integrations.stores import StoreDamagedError
 
     check_collection_name(args.collection)
     if args.rebuild and args.keep_missing:
@@ -114,7 +116,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
     executor = _ray_executor(args)  # before the store opens: a missing extra or a bad option costs nothing
     store, where = resources.open_qdrant(args)
     with closing(store):
-        record = read_record(store, args.collection)
+        damaged = None  # a rebuild recovers a damaged collection: from PATHS alone, the rest dropped
+        try:
+            record = read_record(store, args.collection)
+        except StoreDamagedError as e:
+            if not args.rebuild:
+                raise
+            record, damaged = None, e
         requested = RequestedSettings(passage_tokens=NO_PASSAGES if args.no_passages else args.passage_tokens,
                                       passage_overlap=args.passage_overlap, passages_above=args.passages_above,
                                       max_tokens=args.max_tokens, sparse=False if args.dense_only else None,
@@ -127,7 +135,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise CommandError(_invalid_message(e)) from None
         except CollectionMismatchError as e:
             raise CommandError(str(e)) from None
-        stored = scan_documents(StoreCalls(store), args.collection) if record is not None else None
+        try:
+            stored = scan_documents(StoreCalls(store), args.collection) if record is not None else None
+        except StoreDamagedError as e:
+            if not args.rebuild:
+                raise
+            stored, damaged = None, e
+        if damaged is not None:  # said before anything is written
+            print(f"recemb sync: note: {escape_controls(str(damaged))}; --rebuild builds it again from "
+                  f"{' '.join(map(escape, args.paths))} and drops what it cannot read", file=sys.stderr)
         allow_mass_delete = args.allow_mass_delete
         if stored is not None:  # (a framework's ids are its own: a file path there is not an earlier recemb's)
             folders = [d for d in stored.documents if stored.seen.get(d) != FRAMEWORK_ROOT]

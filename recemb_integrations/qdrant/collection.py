@@ -11,7 +11,7 @@ from typing import Any
 from recemb_integrations.qdrant.calls import StoreCalls
 from recemb_integrations.qdrant.lengths import choose_bm25_settings
 from recemb_integrations.qdrant.plan import StoredDocuments
-from recemb_integrations.qdrant.points import KIND_DOCUMENT, PAYLOAD_INDEXES, ROOT_KEY, match
+from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE, PAYLOAD_INDEXES, ROOT_KEY, match
 from recemb_integrations.qdrant.record import (
     CollectionRecord,
     ModelFacts,
@@ -22,8 +22,8 @@ from recemb_integrations.qdrant.record import (
 from recemb_integrations.qdrant.writes import CreateCollection, CreateIndex, UpdateRecord, Write
 from recemb_integrations.stores import KEYWORD, Store, as_store, filters
 
-__all__ = ["Prepared", "collection_settings", "existing_collection_writes", "index_writes", "new_collection_writes",
-           "prepare_collection", "read_record", "scan_documents"]
+__all__ = ["CollectionStats", "Prepared", "collection_settings", "collection_stats", "existing_collection_writes",
+           "index_writes", "new_collection_writes", "prepare_collection", "read_record", "scan_documents"]
 
 SCAN_PAGE = 512  # points per scroll request of a scan
 
@@ -144,3 +144,41 @@ def scan_documents(calls: StoreCalls, collection: str) -> StoredDocuments:
                 documents[doc_id] = (payload.get("content_hash"), payload.get("metadata"))
         if offset is None:
             return StoredDocuments(documents, seen)
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """What a collection's points are: ``points`` in all, by kind (``documents``, ``passages``), and the documents
+    of each owner (``points.ROOT_KEY``: "" the unprefixed folder root, "prefix/" a prefixed one, "framework" a
+    framework store's, None those of a recemb that did not record owners)."""
+
+    points: int
+    documents: int
+    passages: int
+    documents_by_owner: Mapping[str | None, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"points": self.points, "points_by_kind": {KIND_DOCUMENT: self.documents, KIND_PASSAGE: self.passages},
+                "documents_by_owner": {("(unrecorded)" if k is None else k): v
+                                       for k, v in self.documents_by_owner.items()}}
+
+
+def collection_stats(calls: StoreCalls, collection: str) -> CollectionStats:
+    """Counts of the collection's points by kind, and of its documents by owner (one scroll of the document
+    points' owners)."""
+    store = calls.store
+    count = {kind: calls(store.count, collection, filters.Filter(must=(match("kind", kind),)))
+             for kind in (KIND_DOCUMENT, KIND_PASSAGE)}
+    owners: dict[str | None, int] = {}
+    offset = None
+    while True:
+        points, offset = calls(store.scroll, collection, limit=SCAN_PAGE, offset=offset,
+                               filter=filters.Filter(must=(match("kind", KIND_DOCUMENT),)), with_payload=[ROOT_KEY])
+        for p in points:
+            root = (p.payload or {}).get(ROOT_KEY)
+            owners[root] = owners.get(root, 0) + 1
+        if offset is None:
+            break
+    return CollectionStats(calls(store.count, collection), count[KIND_DOCUMENT], count[KIND_PASSAGE],
+                           dict(sorted(owners.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))))
+

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from recemb_integrations.qdrant.points import content_hash
+from recemb_integrations.qdrant.points import clean_document_id, content_hash
 
 __all__ = ["Document", "DocumentEntry", "DocumentSource", "SearchHit", "StoredDocument", "SyncReport", "WriteOutcome",
            "check_document_ids", "read_entries"]
@@ -64,8 +64,9 @@ class DocumentEntry:
         return self.document.text if self.document is not None else self.source.read()
 
     def load(self) -> Document:
-        if self.document is not None:
-            return self.document
+        if self.document is not None:  # under the entry's id: a stored spelling of it (``plan.respelled``)
+            doc = self.document
+            return doc if doc.id == self.id else Document(self.id, doc.text, doc.metadata, doc.vector)
         text = self.source.read()
         if not isinstance(text, str):
             raise ValueError(f"read() returned {type(text).__name__}, expected str")
@@ -141,7 +142,7 @@ def check_document_ids(document_ids: Any, what: str) -> list[str]:
     bad = [d for d in ids if not isinstance(d, str) or not d]
     if bad:
         raise TypeError(f"{what}: document ids are non-empty strings, got {bad[0]!r}; nothing was done")
-    return list(dict.fromkeys(ids))
+    return list(dict.fromkeys(map(clean_document_id, ids)))
 
 
 @dataclass
@@ -205,6 +206,7 @@ def _document_entry(item: Any, i: int, failed: list[tuple[str, str]]) -> Documen
     if not isinstance(doc.id, str) or not doc.id:
         failed.append((f"#{i}", f"item {i} has document id {doc.id!r}; ids must be non-empty strings"))
         return None
+    doc = Document(clean_document_id(doc.id), doc.text, doc.metadata, doc.vector)
     if not isinstance(doc.text, str):
         hint = " (decode it first, e.g. text.decode('utf-8'))" if isinstance(doc.text, (bytes, bytearray)) else ""
         failed.append((doc.id, f"text is {type(doc.text).__name__}, expected str{hint}"))
@@ -243,4 +245,4 @@ def _source_entry(source: DocumentSource, i: int, failed: list[tuple[str, str]])
     except ValueError as e:
         failed.append((source.id, str(e)))
         return None
-    return DocumentEntry(source.id, metadata, digest, blank, size, source=source, root=source.root)
+    return DocumentEntry(clean_document_id(source.id), metadata, digest, blank, size, source=source, root=source.root)

@@ -6,16 +6,16 @@ to embed, and every other change as ``writes`` (applied before and after the emb
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import MassDeletionError
-from recemb_integrations.qdrant.points import foreign_id_message, from_a_file, owned_ids
+from recemb_integrations.qdrant.points import foreign_id_message, from_a_file, id_spellings, owned_ids
 from recemb_integrations.qdrant.writes import DeleteDocuments, SetMetadata, StampRoot, Write
 
 __all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync",
-           "sources_root", "stale_ids"]
+           "respelled", "sources_root", "stale_ids"]
 
 DELETE_BATCH = 256  # documents deleted (or stamped) per write
 
@@ -81,7 +81,9 @@ def stale_ids(collection: str, managed: set[str], entries: list[DocumentEntry], 
               keep_ids: Iterable[str], allow_mass_delete: bool) -> list[str]:
     """Stored document ids (``managed``: those this sync manages) absent from the sources; a MassDeletionError when
     they are ``MASS_DELETE_FRACTION`` (half) of them or more (1 of 2, 2 of 4, 4 of 5, 1 of 1)."""
-    source_ids = {e.id for e in entries} | {doc_id for doc_id, _ in failed} | set(keep_ids)
+    # every spelling: a stored id an earlier recemb kept in NFD is the same document as the NFC one given
+    source_ids = {s for d in [*(e.id for e in entries), *(doc_id for doc_id, _ in failed), *keep_ids]
+                  for s in id_spellings(d)}
     stale = sorted(managed - source_ids)
     if stale and not allow_mass_delete and len(stale) >= MASS_DELETE_FRACTION * len(managed):
         shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
@@ -116,12 +118,25 @@ def _root_name(root: str) -> str:
     return f"the id prefix {root.rstrip('/')!r} (scope {root!r})" if root else "no id prefix (scope None)"
 
 
+def respelled(entries: list[DocumentEntry], seen: Mapping[str, Any]) -> list[DocumentEntry]:
+    """The entries under the spelling the collection stores their id in, where it holds another one (an earlier
+    recemb stored API ids as given, NFD among them): the document is updated in place, not written twice."""
+    out = []
+    for entry in entries:
+        if entry.id not in seen:
+            stored = next((s for s in id_spellings(entry.id) if s in seen), None)
+            entry = replace(entry, id=stored) if stored is not None else entry
+        out.append(entry)
+    return out
+
+
 def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[DocumentEntry],
               failed: list[tuple[str, str]], stored: StoredDocuments, root: str, delete_missing: bool,
               keep_ids: Iterable[str], allow_mass_delete: bool) -> SyncPlan:
     """The plan of a sync of ``entries`` (``left_out``: blank ones skip_empty leaves out; ``failed``: documents that
     could not be read, whose stored versions are kept) under ``root``."""
     existing, seen = stored.documents, stored.seen
+    entries, left_out = respelled(entries, seen), respelled(left_out, seen)
     owned = stored.owned(root)
     # Another root's documents are neither overwritten nor deleted; an emptied document keeps its stored version.
     foreign = [e for e in entries if e.id in seen and e.id not in owned]

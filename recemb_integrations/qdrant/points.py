@@ -17,9 +17,9 @@ from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, filters
 
 __all__ = ["FRAMEWORK_ROOT", "ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows",
-           "ROOT_KEY", "Span", "content_hash", "describe_root", "document_payload", "foreign_id_message",
-           "from_a_file", "match", "model_fingerprint", "owned_among", "owned_ids", "passage_payload", "point_id",
-           "point_vectors", "scope_root"]
+           "ROOT_KEY", "Span", "clean_document_id", "content_hash", "describe_root", "document_payload",
+           "foreign_id_message", "from_a_file", "id_spellings", "match", "model_fingerprint", "owned_among",
+           "owned_ids", "passage_payload", "point_id", "point_vectors", "scope_root"]
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
@@ -32,6 +32,25 @@ ROOT_KEY = "root"
 FRAMEWORK_ROOT = "framework"
 # Filtered by: "passages" is a document point's passage count (0: the document is its own passage).
 PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, "passages": INTEGER, ROOT_KEY: KEYWORD}
+
+
+def clean_document_id(document_id: str) -> str:
+    """A document id as the collection keeps it: in Unicode NFC, as folder ids are (a name typed on one system and
+    read from another's filesystem is one id). Nothing else is changed: an id given through the API need not be a
+    path (a URL's "//" stays)."""
+    import unicodedata  # only the id functions need it
+
+    return unicodedata.normalize("NFC", document_id)
+
+
+def id_spellings(document_id: str) -> tuple[str, ...]:
+    """The spellings a collection may hold an id under: NFC (what recemb writes) and, for collections written before
+    API ids were normalised, NFD."""
+    import unicodedata
+
+    nfc = unicodedata.normalize("NFC", document_id)
+    nfd = unicodedata.normalize("NFD", document_id)
+    return tuple(dict.fromkeys((nfc, document_id, nfd)))
 
 
 def point_id(document_id: str, passage: int | None = None) -> str:

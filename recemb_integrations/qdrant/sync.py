@@ -29,6 +29,7 @@ from recemb_integrations.qdrant.points import (
     KIND_DOCUMENT,
     ROOT_KEY,
     describe_root,
+    id_spellings,
     match,
     model_fingerprint,
     owned_among,
@@ -57,11 +58,13 @@ from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
 from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize, StampRoot
 from recemb_integrations.sparse import Bm25
-from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store, filters
+from recemb_integrations.stores import INTEGER, KEYWORD, Store, StoreDamagedError, as_store, filters
 
 __all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE"]
 
 STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
+RECOVERED = ("rebuilt from the documents given: the old collection could not be read, so what it held beyond them "
+             "was dropped (it was damaged: ")
 FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
 
 
@@ -275,7 +278,8 @@ class QdrantSync:
 
         ``rebuild``: build the collection anew with this instance's settings (layout, model, passages, BM25) from
         ``documents`` into a staging collection, then replace the old one with it (``recemb_integrations.qdrant.
-        rebuild``).
+        rebuild``). A collection whose files are damaged is rebuilt from ``documents`` without reading it: what it
+        held beyond them is dropped, and the report's warnings say so.
 
         ``scope``: an id prefix (e.g. ``"wiki/"``, one path component or more; a missing final "/" is added): this
         sync's root. Every point records the root whose sync wrote it (``""`` without a scope), and a sync deletes,
@@ -393,14 +397,24 @@ class QdrantSync:
                  executor: Executor | None) -> SyncReport:
         """Rebuild the collection from ``entries`` with this instance's settings (``rebuild``'s module docstring):
         the staging collection is synced from the same first pass, and its record is the one its sync made."""
-        live = self.record or read_record(self.store, self.collection, self.calls)
+        damage = None  # why the collection cannot be read, where it is damaged: rebuilt from ``entries`` alone
+        try:
+            live = self.record or read_record(self.store, self.collection, self.calls)
+        except StoreDamagedError as e:
+            live, damage = None, str(e)
         if live is not None:  # (a collection not made by recemb is refused by read_record)
             settings = decide_settings(live, self.requested, rebuild=True)
-            stored = stored if stored is not None else self.scan()
+            try:
+                stored = stored if stored is not None else self.scan()
+            except StoreDamagedError as e:
+                stored, damage = None, str(e)
+        else:
+            settings = decide_settings(None, self.requested)
+        if stored is not None:
             kept, left_out, _ = check_empty(entries, skip_empty)
             stale = rebuild_deletions(self.collection, stored, kept, left_out, bad, keep_ids, allow_mass_delete)
         else:
-            settings, stale = decide_settings(None, self.requested), []
+            stale = []
         staging = staging_name(self.collection)
         if staging is None:
             raise ValueError(f"collection name {self.collection!r} is too long to rebuild beside itself")
@@ -426,9 +440,12 @@ class QdrantSync:
                 f"again: the {report.added + report.updated + report.unchanged} documents already rebuilt in "
                 f"{staging!r} are kept and not embedded again.", report)
         final = mark_staged(self.calls, self.collection, builder.record)
-        swap(self.calls, self.collection, final, live_exists=live is not None, index_metadata=self.index_metadata)
+        swap(self.calls, self.collection, final, live_exists=live is not None or damage is not None,
+             index_metadata=self.index_metadata)
         self.forget_checks()  # the collection changed under this instance
         report.deleted = len(stale)
+        if damage is not None:
+            report.warnings.append((f"collection {self.collection}", f"{RECOVERED}{damage})"))
         report.seconds = time.perf_counter() - start
         return report
 
@@ -524,23 +541,28 @@ class QdrantSync:
                     f"{describe_root(owners[foreign[0]])} of collection {self.collection!r} keeps them, and a "
                     "framework's delete never touches them; nothing was deleted. Remove the file and sync its "
                     "folder, or delete it with QdrantSync.delete_documents.", foreign, [owners[d] for d in foreign])
-            earlier = sorted(d for d in mine if owners[d] != FRAMEWORK_ROOT)  # written before the owner existed
+            earlier = sorted(held[d]["document_id"] for d in mine if owners[d] != FRAMEWORK_ROOT)  # before owners
             for i in range(0, len(earlier), DELETE_BATCH):
                 self.calls.apply(self.collection, StampRoot(tuple(earlier[i:i + DELETE_BATCH]), FRAMEWORK_ROOT))
-        for i in range(0, len(ids), DELETE_BATCH):
-            self.calls.apply(self.collection, DeleteDocuments(tuple(ids[i:i + DELETE_BATCH]),
+        # the stored spelling of each, and the id as given (passages of a document whose own point is gone)
+        named = list(dict.fromkeys([*ids, *(p["document_id"] for p in held.values())]))
+        for i in range(0, len(named), DELETE_BATCH):
+            self.calls.apply(self.collection, DeleteDocuments(tuple(named[i:i + DELETE_BATCH]),
                                                               FRAMEWORK_ROOT if framework else None))
         return len(held)
 
     def _own_points(self, document_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """The payloads of these documents' own points (document id -> payload; absent: not stored)."""
+        """The payloads of these documents' own points (document id, as given -> payload; absent: not stored), under
+        any spelling the collection holds the id in (``points.id_spellings``: NFD, where an earlier recemb kept it)."""
+        asked = {s: d for d in document_ids for s in id_spellings(d)}
+        spellings = list(asked)
         found = {}
-        for i in range(0, len(document_ids), DELETE_BATCH):
+        for i in range(0, len(spellings), DELETE_BATCH):
             for p in self.calls(self.store.retrieve, self.collection,
-                                [point_id(d) for d in document_ids[i:i + DELETE_BATCH]]):
+                                [point_id(s) for s in spellings[i:i + DELETE_BATCH]]):
                 payload = p.payload or {}
-                if payload.get("kind") == KIND_DOCUMENT:
-                    found[payload["document_id"]] = payload
+                if payload.get("kind") == KIND_DOCUMENT and payload.get("document_id") in asked:
+                    found.setdefault(asked[payload["document_id"]], payload)
         return found
 
     def document_ids(self, filter: dict[str, Any] | None = None, framework: bool = False) -> list[str]:

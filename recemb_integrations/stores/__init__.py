@@ -41,10 +41,14 @@ KEYWORD, INTEGER = "keyword", "integer"  # payload index types
 # index and the payloads in memory (every collection before recemb 0.1's store layouts); "compact" keeps an int8 copy
 # of the dense vectors in memory for the search, which then rescores its candidates with the originals read from disk,
 # and leaves the originals, the BM25 index and the payloads on disk (mapped: the kernel keeps what is used). New
-# collections are compact; a collection keeps the layout it was created with (`recemb migrate` or a rebuild moves it).
-LAYOUT_RAM, LAYOUT_COMPACT = "ram", "compact"
-STORE_LAYOUTS = (LAYOUT_RAM, LAYOUT_COMPACT)
-DEFAULT_LAYOUT = LAYOUT_COMPACT
+# "lean" is compact with what compact still kept in memory beside the int8 copy moved to disk: the payload indexes and
+# the point-id tracker mapped, and every segment's BM25 index built on disk (a segment not yet indexed keeps its
+# BM25 index in memory, a table entry for every distinct term). New collections are lean; a collection keeps the
+# layout it was created with (`recemb migrate` or a rebuild moves it).
+LAYOUT_RAM, LAYOUT_COMPACT, LAYOUT_LEAN = "ram", "compact", "lean"
+STORE_LAYOUTS = (LAYOUT_RAM, LAYOUT_COMPACT, LAYOUT_LEAN)
+COMPACT_LAYOUTS = (LAYOUT_COMPACT, LAYOUT_LEAN)  # those with the int8 copy, rescored from float16 originals on disk
+DEFAULT_LAYOUT = LAYOUT_LEAN
 INT8_QUANTILE = 0.99  # the int8 range of a compact collection's dense copy: the middle 99% of the values
 
 
@@ -231,9 +235,12 @@ def detect_store_kind(path: str | os.PathLike) -> str | None:
 
 
 def open_store(url: str | None = None, path: str | os.PathLike | None = None, kind: str = "auto",
-               api_key: str | None = None, timeout: int = 60) -> Store:
+               api_key: str | None = None, timeout: int = 60, read_only: str = "refuse") -> Store:
     """A server's store (``url``), or the embedded store in folder ``path``: ``kind`` "edge" or "local", or "auto"
-    for whatever the folder holds (Qdrant Edge for a new folder).
+    for whatever the folder holds (Qdrant Edge for a new folder). ``read_only``: what a Qdrant Edge store that
+    cannot be written (a read-only mount) does, as Edge writes to its files even to search: "refuse" (a
+    ``StoreError`` that says so) or "copy" (for reading: it is opened from a private temporary copy, removed on
+    close; ``store.note`` says so).
 
     A store in use by another process, or one that is not a store, raises ``StoreError``; one whose files are
     damaged, or whose disk is too full to open it, raises ``StoreDamagedError`` / ``StoreFullError``."""
@@ -258,14 +265,15 @@ def open_store(url: str | None = None, path: str | os.PathLike | None = None, ki
         return open_local(path)
     from recemb_integrations.stores.edge import EdgeStore
 
-    return EdgeStore(path)
+    return EdgeStore(path, read_only=read_only)
 
 
 def _describe(kind: str) -> str:
     return {"edge": "Qdrant Edge store", "local": "qdrant-client local-mode store"}.get(kind, kind)
 
 
-__all__ = ["CollectionInfo", "DEFAULT_LAYOUT", "DENSE_VECTOR", "INT8_QUANTILE", "INTEGER", "KEYWORD",
-           "LAYOUT_COMPACT", "LAYOUT_RAM", "SPARSE_VECTOR", "STORE_KINDS", "STORE_LAYOUTS", "SearchRequest", "Store",
+__all__ = ["COMPACT_LAYOUTS", "CollectionInfo", "DEFAULT_LAYOUT", "DENSE_VECTOR", "INT8_QUANTILE", "INTEGER",
+           "KEYWORD", "LAYOUT_COMPACT", "LAYOUT_LEAN", "LAYOUT_RAM", "SPARSE_VECTOR", "STORE_KINDS", "STORE_LAYOUTS",
+           "SearchRequest", "Store",
            "StoreDamagedError", "StoreError", "StoreFullError", "StoredPoint", "as_store", "detect_store_kind",
            "open_store"]

@@ -26,6 +26,7 @@ from typing import Any
 from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import (
+    COMPACT_LAYOUTS,
     DEFAULT_LAYOUT,
     DENSE_VECTOR,
     INT8_QUANTILE,
@@ -167,7 +168,8 @@ class ClientStore(Store):
         if layout not in STORE_LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(STORE_LAYOUTS)}, got {layout!r}")
         # Local mode keeps every point in Python objects whatever the configuration says: it is created plain.
-        compact = layout == LAYOUT_COMPACT and self.kind == "server"
+        # A server's lean collection is its compact one: what lean moves to disk is Qdrant Edge's in-process memory.
+        compact = layout in COMPACT_LAYOUTS and self.kind == "server"
         quantization = models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
             type=models.ScalarType.INT8, quantile=INT8_QUANTILE, always_ram=True)) if compact else None
         self.client.create_collection(

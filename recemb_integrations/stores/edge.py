@@ -52,7 +52,8 @@ from dataclasses import replace
 from typing import Any
 
 from recemb_integrations.stores import (
-    LAYOUT_COMPACT,
+    COMPACT_LAYOUTS,
+    LAYOUT_LEAN,
     SearchRequest,
     StoredPoint,
 )
@@ -113,7 +114,7 @@ class EdgeStore(EdgeCollections):
                              need=WRITE_SPACE_FACTOR * size)
                 self._written[collection] = self._written.get(collection, 0) + len(edge_points)
                 self._unsealed[collection] = self._unsealed.get(collection, 0) + len(edge_points)
-                if self._unsealed[collection] >= SEAL_AFTER_POINTS and self._layout(collection) == LAYOUT_COMPACT:
+                if self._unsealed[collection] >= SEAL_AFTER_POINTS and self._layout(collection) in COMPACT_LAYOUTS:
                     self._seal(collection)
 
     def delete(self, collection: str, filter: Any) -> None:
@@ -164,7 +165,7 @@ class EdgeStore(EdgeCollections):
         # (its HNSW then links within each value); ACORN explores past them where none has.
         acorn = edge_filter is not None and not filter_keys(request.filter) <= self._indexed(collection)
         query, dense_name = edge_query(self._edge, request, edge_filter, acorn,
-                                       self._layout(collection) == LAYOUT_COMPACT)
+                                       self._layout(collection) in COMPACT_LAYOUTS)
         with self._mutex:
             shard = self._shard(collection)
             with self._engine_errors(collection, "searched"):
@@ -194,8 +195,14 @@ class EdgeStore(EdgeCollections):
 
     def optimize(self, collection: str, show_progress_bar: bool | None = None, force: bool = False) -> bool:
         """Build the HNSW index (and merge segments) once ``optimize_after_points`` points were written since the
-        store was opened, or when ``force``d. Blocking; a progress bar shows that it is working."""
+        store was opened, or when ``force``d; a lean collection indexes what was written since its last seal in any
+        case. Blocking; a progress bar shows that it is working."""
         if not force and self._written.get(collection, 0) < self.optimize_after_points:
+            if self._unsealed.get(collection, 0) and self._layout(collection) == LAYOUT_LEAN:
+                # what was written since the last seal would stay an appendable segment, its BM25 index rebuilt in
+                # memory at every opening: a lean collection is indexed at the end of every write
+                self._seal(collection)
+                return True
             return False
         from tqdm.auto import tqdm
 
@@ -215,7 +222,7 @@ class EdgeStore(EdgeCollections):
                     done.set()
                     ticker.join()
             self._written[collection] = 0
-            if self._layout(collection) == LAYOUT_COMPACT:
+            if self._layout(collection) in COMPACT_LAYOUTS:
                 self._reopen(collection)
             release_freed_memory()
         return True

@@ -17,11 +17,11 @@ from typing import Any
 
 from recemb_integrations._imports import require
 from recemb_integrations.stores import (
+    COMPACT_LAYOUTS,
     DEFAULT_LAYOUT,
     DENSE_VECTOR,
     INTEGER,
     KEYWORD,
-    LAYOUT_COMPACT,
     LAYOUT_RAM,
     STORE_LAYOUTS,
     CollectionInfo,
@@ -47,13 +47,19 @@ from recemb_integrations.stores.edge_files import (
     COLLECTION_FILE,
     EDGE_MARKER,
     STORE_FORMAT,
+    copy_store,
     fsync_dir,
     lock,
     read_marker,
     read_record,
     write_file,
 )
-from recemb_integrations.stores.edge_layouts import COMPACT_DATATYPE, OPTIMIZE_AFTER_POINTS, edge_config
+from recemb_integrations.stores.edge_layouts import (
+    COMPACT_DATATYPE,
+    OPTIMIZE_AFTER_POINTS,
+    edge_config,
+    payload_index_schema,
+)
 
 __all__ = ["EdgeCollections"]
 
@@ -73,18 +79,30 @@ class EdgeCollections(Store):
 
     kind = "edge"
 
-    def __init__(self, path: str | os.PathLike, optimize_after_points: int = OPTIMIZE_AFTER_POINTS):
+    def __init__(self, path: str | os.PathLike, optimize_after_points: int = OPTIMIZE_AFTER_POINTS,
+                 read_only: str = "refuse"):
+        if read_only not in ("refuse", "copy"):
+            raise ValueError(f"read_only must be 'refuse' or 'copy', got {read_only!r}")
         self._edge = _edge()
         self.root = Path(path).expanduser()
+        self._origin = self.root  # where the store is (self.root: where it is opened, a copy of a read-only one)
         self.location = str(self.root)
         self.optimize_after_points = optimize_after_points
+        self.note: str | None = None  # what a user should know of how the store was opened (a copy)
+        self._copy: Path | None = None
         marker = self.root / EDGE_MARKER
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root} is a file, not a folder; give the folder of an embedded store")
         if self.root.is_dir() and not marker.is_file() and any(self.root.iterdir()):
             raise StoreError(f"{self.root} holds other files but no recemb store; give a new or empty folder (a store "
                              "writes its own files there)")
-        if self.root.is_dir() and (why := not_writable(self.root)):
+        if self.root.is_dir() and (why := not_writable(self.root)) and read_only == "copy" and marker.is_file():
+            # Qdrant Edge writes to a shard's files even to search: the search reads a private copy
+            self._copy = copy_store(self.root, self._where, why)
+            self.root = self._copy
+            self.note = (f"the embedded store at {self._where} cannot be written ({why}), and Qdrant Edge writes to "
+                         f"its files even to search: searched in a copy at {self._copy}, removed when done")
+        elif self.root.is_dir() and (why := not_writable(self.root)):
             raise StoreError(f"the embedded store at {self._where} cannot be opened here: {why}, and Qdrant Edge "
                              "writes to a collection's files when it opens them, even to search; copy the store to a "
                              "folder you can write and give that folder (--qdrant-path)")
@@ -120,7 +138,7 @@ class EdgeCollections(Store):
 
     @property
     def _where(self) -> str:
-        return str(self.root.absolute())
+        return str(self._origin.absolute())
 
     # ------------------------------------------------------------------ collections
     def _folder(self, collection: str) -> Path:
@@ -179,7 +197,7 @@ class EdgeCollections(Store):
                                                         "sparse": sparse, "metadata": metadata, "points": 0,
                                                         "layout": layout,
                                                         "dense_datatype": COMPACT_DATATYPE.lower()
-                                                        if layout == LAYOUT_COMPACT else "float32"},
+                                                        if layout in COMPACT_LAYOUTS else "float32"},
                              f"creating collection {collection!r}")
 
     def update_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
@@ -189,9 +207,17 @@ class EdgeCollections(Store):
                              f"writing collection {collection!r}")
 
     def delete_collection(self, collection: str) -> None:
+        """Drop the collection and its files; a damaged one too (its record unreadable: a rebuild replaces it)."""
         with self._mutex:
-            self._record(collection)
-            self._close_shard(collection)
+            try:
+                self._record(collection)
+            except StoreDamagedError:
+                if not self._folder(collection).is_dir():
+                    raise
+            try:
+                self._close_shard(collection)
+            except StoreDamagedError:  # closing a shard whose files are damaged: they are dropped next
+                self._shards.pop(collection, None)
             folder = self._folder(collection)
             trash = self._collections / f".trash-{uuid.uuid4().hex}"
             os.replace(folder, trash)  # one atomic step: the collection is gone, its files go next
@@ -204,8 +230,10 @@ class EdgeCollections(Store):
 
     def create_payload_index(self, collection: str, key: str, schema: str) -> None:
         E = self._edge
-        kind = {KEYWORD: E.PayloadSchemaType.Keyword, INTEGER: E.PayloadSchemaType.Integer}[schema]
+        if schema not in (KEYWORD, INTEGER):
+            raise ValueError(f"a payload index is {KEYWORD!r} or {INTEGER!r}, got {schema!r}")
         with self._mutex:
+            kind = payload_index_schema(E, schema, self._layout(collection))
             self._update(collection, E.UpdateOperation.create_field_index(key, kind),
                          need=INDEX_SPACE_PER_POINT * self.count(collection))
             record = self._record(collection)
@@ -338,6 +366,9 @@ class EdgeCollections(Store):
             if lock_file is not None:
                 lock_file.close()  # releases the flock
                 self._lock_file = None
+            if getattr(self, "_copy", None) is not None:
+                shutil.rmtree(self._copy.parent, ignore_errors=True)
+                self._copy = None
             if failed is not None:
                 raise failed
 

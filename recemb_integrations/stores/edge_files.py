@@ -7,14 +7,16 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError
-from recemb_integrations.stores.edge_checks import RECOVER, one_line
+from recemb_integrations.stores.edge_checks import RECOVER, SPACE_FLOOR, file_usage, free_space, one_line, size_text
 
-__all__ = ["COLLECTION_FILE", "EDGE_MARKER", "STORE_FORMAT", "fsync_dir", "lock", "read_marker", "read_record",
-           "write_file", "write_json"]
+__all__ = ["COLLECTION_FILE", "EDGE_MARKER", "STORE_FORMAT", "copy_store", "fsync_dir", "lock", "read_marker",
+           "read_record", "write_file", "write_json"]
 
 EDGE_MARKER = "recemb-edge.json"
 STORE_FORMAT = 1
@@ -105,3 +107,45 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def copy_store(root: Path, where: str, why: str) -> Path:
+    """A private copy of the read-only store at ``root``, in a new temporary folder (its lock left behind), for a
+    search; a ``StoreError`` that says why where the temporary folder's disk cannot hold it (nothing copied)."""
+    scratch = Path(tempfile.mkdtemp(prefix="recemb-read-only-"))
+    taken = file_usage(root)[0]
+    if free_space(scratch) < taken + SPACE_FLOOR:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise StoreError(f"the embedded store at {where} cannot be written ({why}), and Qdrant Edge writes to its "
+                         f"files even to search; a copy to search in would take {size_text(taken)}, more than the "
+                         f"{size_text(free_space(scratch.parent))} free under {scratch.parent} ($TMPDIR): copy the "
+                         "store to a folder you can write and give that folder (--qdrant-path), or set TMPDIR to a "
+                         "disk with room")
+    copy = scratch / "store"
+    try:
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".lock", ".trash-*"), symlinks=True,
+                        copy_function=_copy_sparse)
+        for folder, _, files in os.walk(copy):  # writable, as Edge needs it (a read-only mount's modes come along)
+            os.chmod(folder, 0o700)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o600)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return copy
+
+
+def _copy_sparse(source: str, destination: str) -> None:
+    """Copy a file leaving its runs of zeros as holes: Edge preallocates its files (32 MiB pages, most of them never
+    written), and a copy that wrote them out would take many times the store's space."""
+    block = 1 << 20
+    zeros = bytes(block)
+    with open(source, "rb") as src, open(destination, "wb") as dst:
+        while chunk := src.read(block):
+            if chunk == zeros[:len(chunk)]:
+                dst.seek(len(chunk), os.SEEK_CUR)
+            else:
+                dst.write(chunk)
+        dst.truncate()
+    shutil.copystat(source, destination)
+

@@ -8,11 +8,19 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from recemb_integrations.stores import DENSE_VECTOR, INT8_QUANTILE, LAYOUT_COMPACT, SPARSE_VECTOR
+from recemb_integrations.stores import (
+    COMPACT_LAYOUTS,
+    DENSE_VECTOR,
+    INT8_QUANTILE,
+    INTEGER,
+    KEYWORD,
+    LAYOUT_LEAN,
+    SPARSE_VECTOR,
+)
 
 __all__ = ["COMPACT_DATATYPE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "GROUP_FETCH_MIN", "GROUP_FUSE_ALL_BELOW",
            "HNSW_EF", "OPTIMIZE_AFTER_POINTS", "RESCORE_OVERSAMPLING", "SEAL_AFTER_POINTS", "edge_config",
-           "edge_query", "release_freed_memory"]
+           "edge_query", "payload_index_schema", "release_freed_memory"]
 
 OPTIMIZE_AFTER_POINTS = 10_000  # points written since opening that make ``optimize`` build the index
 # A compact collection is indexed as it is written: every SEAL_AFTER_POINTS points the engine indexes what came in
@@ -28,6 +36,7 @@ COMPACT_DATATYPE = "Float16"  # how a compact collection stores its original den
 HNSW_EF = 512  # search-time HNSW beam: recall against latency per value in docs/benchmarks.md (stores at scale)
 GROUP_FETCH_MIN = 64  # points fetched at least to fill a page of groups
 GROUP_FUSE_ALL_BELOW = 2048  # collections up to this many points fuse all of them in a grouped hybrid search
+INDEX_ANY_SEGMENT_KB = 1  # a lean collection's indexing threshold (KB of vectors): every segment with points
 
 _MALLOC_TRIM = None  # glibc's malloc_trim once looked up; False where there is none
 
@@ -51,8 +60,8 @@ def edge_config(E: Any, dense_size: int, sparse: bool, layout: str) -> Any:
     disk, so a collection opens as it was created."""
     dense = dict(size=dense_size, distance=E.Distance.Cosine)
     bm25 = dict(modifier=E.Modifier.Idf)
-    extra = {}
-    if layout == LAYOUT_COMPACT:
+    extra: dict[str, Any] = {}
+    if layout in COMPACT_LAYOUTS:
         # The int8 copy (a quarter of the fp32 vectors) stays pinned in memory for the graph walk; the originals
         # are read back only to rescore the candidates. The BM25 inverted index held in memory was the largest part
         # of a point (docs/benchmarks.md); on disk, only the posting lists a query touches are read. The originals
@@ -64,8 +73,25 @@ def edge_config(E: Any, dense_size: int, sparse: bool, layout: str) -> Any:
         bm25.update(memory=E.Memory.Cold)
         extra.update(payload_memory=E.Memory.Cold,
                      optimizers=E.EdgeOptimizersConfig(default_segment_number=COMPACT_SEGMENTS))
+    if layout == LAYOUT_LEAN:
+        # A segment below the engine's indexing threshold (20 MB of vectors by default) stays appendable, and an
+        # appendable segment builds its BM25 index in memory when it is opened: with many distinct terms that was
+        # most of what a reopened compact collection held (docs/benchmarks.md). Indexed whatever its size, every
+        # sealed segment keeps its BM25 postings on disk; and the point-id tracker is mapped, not loaded.
+        extra.update(id_tracker_memory=E.Memory.Cold,
+                     optimizers=E.EdgeOptimizersConfig(default_segment_number=COMPACT_SEGMENTS,
+                                                       indexing_threshold=INDEX_ANY_SEGMENT_KB))
     return E.EdgeConfig(vectors={DENSE_VECTOR: E.EdgeVectorParams(**dense)},
                         sparse_vectors={SPARSE_VECTOR: E.EdgeSparseVectorParams(**bm25)} if sparse else None, **extra)
+
+
+def payload_index_schema(E: Any, schema: str, layout: str) -> Any:
+    """A payload index's schema in ``layout``: held in memory, or in a lean collection mapped from its files (the
+    keyword index of ``document_id`` alone was about a hundred bytes a point held in memory)."""
+    if layout != LAYOUT_LEAN:
+        return {KEYWORD: E.PayloadSchemaType.Keyword, INTEGER: E.PayloadSchemaType.Integer}[schema]
+    return (E.KeywordIndexParams(on_disk=True) if schema == KEYWORD else
+            E.IntegerIndexParams(lookup=True, range=True, on_disk=True))
 
 
 def edge_query(E: Any, request: Any, edge_filter: Any, acorn: bool, compact: bool) -> tuple[Any, str | None]:

@@ -70,7 +70,7 @@ def test_recemb_info_shows_what_a_collection_takes(tmp_path, tiny_folder, capsys
     with open_store(path=tmp_path / "store") as s:
         points = s.count("c")
     assert points > 6 and data["points"] == points and data["kind"] == "edge"
-    assert data["layout"] == "compact" and data["dense_datatype"] == "float16"
+    assert data["layout"] == "lean" and data["dense_datatype"] == "float16"
     disk = data["disk_bytes"]
     assert disk["vector_storage-dense"] > 0 and disk["payload_storage"] > 0 and disk["wal"] > 0
     if sys.platform.startswith("linux"):
@@ -84,7 +84,7 @@ def test_recemb_info_shows_what_a_collection_takes(tmp_path, tiny_folder, capsys
         assert fresh["points"] == points and fresh["held_in_memory_bytes"] > 0
     code = main(["info", *store])
     text = capsys.readouterr().out
-    assert code == 0 and f"points: {points:,}" in text and "compact (dense vectors stored as float16)" in text
+    assert code == 0 and f"points: {points:,}" in text and "lean (dense vectors stored as float16)" in text
     assert "held in memory" in text and "on disk" in text and "dense vectors" in text
 
 
@@ -100,3 +100,39 @@ def test_recemb_info_refuses_what_names_no_single_thing(tmp_path, tiny_folder, c
     (tmp_path / "store").mkdir()
     assert "no embedded Qdrant store" in refused(["info", "--collection", "c", "--qdrant-path", empty])
     assert "--collection is empty" in refused(["info", "--collection", "", "--qdrant-path", empty])
+
+
+def test_recemb_info_stats_counts_points_by_kind_and_owner_and_shows_the_recorded_settings(tmp_path, tiny_folder,
+                                                                                          capsys, store_kind):
+    from recemb_integrations.framework_collection import FrameworkCollection
+    from recemb_integrations.qdrant import Document
+    from recemb_integrations.stores import open_store
+    from tests.integrations.test_store_layout import make_corpus
+
+    corpus = make_corpus(tmp_path / "docs", 6, words=40)
+    store = ["--qdrant-path", str(tmp_path / "store"), "--collection", "c", "--store", store_kind]
+    assert run(capsys, ["sync", str(corpus), "--model", str(tiny_folder), "--passage-tokens", "16",
+                        "--passages-above", "32", *store])[0] == 0
+    assert run(capsys, ["sync", str(corpus), "--id-prefix", "wiki", "--model", str(tiny_folder), *store])[0] == 0
+    from recemb.core import Embedder
+
+    embedder = Embedder.from_pretrained(tiny_folder, device="cpu", backend="torch")
+    with FrameworkCollection("c", lambda: embedder, path=tmp_path / "store", store_kind=store_kind) as framework:
+        framework.add([Document("note", "a note added through a framework")])
+    code, data, err = run(capsys, ["info", *store, "--stats"])
+    assert code == 0, err
+    with open_store(path=tmp_path / "store", kind=store_kind) as s:
+        points, found = s.count("c"), s.scroll("c", limit=10_000, with_payload=True)[0]
+    kinds = [p.payload["kind"] for p in found]
+    assert data["points"] == points and data["points_by_kind"] == {"document": kinds.count("document"),
+                                                                   "passage": kinds.count("passage")}
+    assert data["points_by_kind"]["passage"] > 0
+    assert data["documents_by_owner"] == {"": 6, "framework": 1, "wiki/": 6}
+    assert data["settings"]["passage_tokens"] == 16 and data["settings"]["passages_above"] == 32
+    assert data["settings"]["model"] and data["settings"]["bm25"]["avg_len"] > 0
+    code = main(["info", *store, "--stats"])
+    text = capsys.readouterr().out
+    assert code == 0 and "6 documents of the folder sync with id prefix 'wiki'" in text
+    assert "1 documents of a framework's vector store" in text and "passage_tokens: 16" in text
+    code, _, err = run(capsys, ["info", str(tiny_folder), "--stats"], json_out=False)
+    assert code == 2 and "--stats describes a collection" in err

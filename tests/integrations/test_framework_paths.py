@@ -192,3 +192,27 @@ def test_query_and_given_vectors_are_checked_against_the_collections_model(tmp_p
         assert collection.search("", k=1, mode="dense", query_vector=long_query)[0].document_id == "c"
         with pytest.raises(VectorError, match="is all zeros"):
             collection.search("", k=1, mode="dense", query_vector=[0.0] * 6)
+
+
+def test_api_ids_are_nfc_and_an_earlier_collections_spelling_is_still_found(tmp_path, tiny_embedder, store_kind,
+                                                                           monkeypatch):
+    from recemb_integrations.qdrant import documents
+
+    nfd, nfc = "notes/cafe\u0301.md", "notes/caf\u00e9.md"
+    with open_store(path=tmp_path / "s", kind=store_kind) as store:
+        sync = QdrantSync(store, "new", tiny_embedder, store_text=True)
+        sync.sync([Document(nfd, "a text about coffee")])
+        assert [d.id for d in sync.get_documents([nfd])] == [nfc] == sync.document_ids()  # kept in NFC
+        with monkeypatch.context() as m:  # what an earlier recemb stored: the id as given
+            m.setattr(documents, "clean_document_id", lambda doc_id: doc_id)
+            old = QdrantSync(store, "old", tiny_embedder, store_text=True)
+            old.sync([Document(nfd, "a text about coffee"), Document("tea.md", "a text about tea")])
+        assert old.document_ids() == sorted([nfd, "tea.md"])
+        points = store.count("old")
+        # either spelling finds it, a sync of it changes nothing and writes no second copy, an edit updates it
+        assert [d.text for d in old.get_documents([nfc])] == ["a text about coffee"]
+        report = old.sync([Document(nfc, "a text about coffee"), Document("tea.md", "a text about tea")])
+        assert report.unchanged == 2 and report.added == report.deleted == 0 and store.count("old") == points
+        report = old.sync([Document(nfc, "coffee, edited"), Document("tea.md", "a text about tea")])
+        assert report.updated == 1 and store.count("old") == points and old.document_ids() == sorted([nfd, "tea.md"])
+        assert old.delete_documents([nfc]) == 1 and old.document_ids() == ["tea.md"]

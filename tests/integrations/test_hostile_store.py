@@ -227,7 +227,15 @@ def _truncate(path: Path, size: int) -> None:
 
 
 def _vector_files(store: Path) -> list[Path]:
-    return [f for p in _segments(store) for f in p.glob("vector_storage-dense/vectors/chunk_*.mmap")]
+    """The dense vectors' files: an appendable segment's chunks, an indexed one's matrix (a lean collection indexes
+    every segment it writes)."""
+    return [f for p in _segments(store) for pattern in ("vector_storage-dense/vectors/chunk_*.mmap",
+                                                        "vector_storage-dense/matrix.dat") for f in p.glob(pattern)]
+
+
+def _in_segments(store: Path, *patterns: str) -> list[Path]:
+    """The files of these names in any segment (appendable and indexed segments name their files apart)."""
+    return [f for p in _segments(store) for pattern in patterns for f in p.glob(pattern)]
 
 
 SHARD = Path("collections", "c", "shard")
@@ -241,16 +249,18 @@ EDGE_DAMAGE = {
                                lambda s: [str(s / SHARD / "edge_config.json")]),
     "segment-state-truncated": (lambda s: [_truncate(p / "segment.json", 30) for p in _segments(s)],
                                 lambda s: [f"{_segments(s)[0] / 'segment.json'}"]),
-    "id-tracker-garbage": (lambda s: [_garbage(p / "mutable_id_tracker.mappings", 200) for p in _segments(s)],
-                           lambda s: [f"failed to load segment {_segments(s)[0]}", "ID tracker"]),
+    "id-tracker-garbage": (lambda s: [_garbage(f, 200) for f in _in_segments(s, "mutable_id_tracker.mappings",
+                                                                             "id_tracker.e2i")],
+                           lambda s: ["failed to load segment", "Inconsistent storage"]),
     "vectors-truncated": (lambda s: [_truncate(f, 0) for f in _vector_files(s)],
-                          lambda s: ["Qdrant Edge cannot read it", "out of bounds"]),
+                          lambda s: ["have lost their dense vector", f"a file under {s / SHARD / 'segments'}"]),
     "vectors-zeroed": (lambda s: [_zero(f) for f in _vector_files(s)],
                        lambda s: ["dense vector is all zeros", f"the vector files under {s / SHARD / 'segments'}"]),
     "vectors-garbage": (lambda s: [_garbage(f, 1 << 16) for f in _vector_files(s)],
                         lambda s: ["not a unit vector", f"the vector files under {s / SHARD / 'segments'}"]),
-    "deleted-flags-garbage": (lambda s: [_garbage(p / "vector_storage-dense" / "deleted" / "flags_a.dat", 4096)
-                                         for p in _segments(s)], lambda s: ["have lost their dense vector"]),
+    "deleted-flags-garbage": (lambda s: [_garbage(f, 4096) for f in _in_segments(
+        s, "vector_storage-dense/deleted/flags_a.dat", "vector_storage-dense/deleted.dat")],
+        lambda s: ["have lost their dense vector"]),
     "payloads-garbage": (lambda s: [_garbage(p / "payload_storage" / "page_0.dat", 1 << 14) for p in _segments(s)],
                          lambda s: ["Qdrant Edge cannot read it", "Failed to decode value"]),
     "record-truncated": (lambda s: _truncate(s / "collections" / "c" / "collection.json", 40),
@@ -271,13 +281,18 @@ def test_a_damaged_edge_store_is_one_line_naming_the_file_and_the_way_to_recover
         line = one_line_error(err)
         assert code == 1, (argv, err)
         assert all(part in line for part in named(store)), (argv, line)
-        assert f"delete its folder {folder} and sync it again from its source folder (`recemb sync PATHS`)" in line
-        assert "or restore the store from a backup" in line
-    shutil.rmtree(folder)  # the way the line names
-    code, report, err = run(capsys, ["sync", str(corpus), *opts])
+        assert "rebuild it from its source folder with `recemb sync PATHS --rebuild`" in line
+        assert f"delete its folder {folder} and sync it again" in line and "or restore the store from a backup" in line
+    (corpus / "doc001.txt").unlink()  # the source moved on since: the rebuild follows it, the guard still stands
+    code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", *opts])  # the way the line names
     assert code == 0 and report["added"] == len(texts_under(corpus)), err
+    note = [ln for ln in err.splitlines() if ln.startswith("recemb sync: note:")]
+    assert len(note) == 1 and "drops what it cannot read" in note[0], err  # said before anything was written
+    assert any("could not be read" in why for _, why in report["warnings"]), report
     assert_store_is(store, texts_under(corpus))
     assert run(capsys, ["search", "document number 3", *opts])[0] == 0
+    code, report, err = run(capsys, ["sync", str(corpus), *opts])  # and it is whole: nothing left to do
+    assert code == 0 and report["unchanged"] == len(texts_under(corpus)) and not report["warnings"], err
 
 
 def test_a_damaged_store_marker_is_one_line_and_the_way_on_works(tmp_path, edge_opts, capsys):
@@ -389,16 +404,32 @@ def test_a_damaged_local_mode_store_is_one_line_naming_the_file_and_the_way_to_r
 
 
 # ---------------------------------------------------------------------- read-only and in use
-def test_a_store_on_a_read_only_filesystem_is_one_line_with_the_way_on(tmp_path, opts, store_kind, capsys):
+def test_a_store_on_a_read_only_filesystem_is_searched_in_a_copy_or_refused_with_the_way_on(tmp_path, opts,
+                                                                                            store_kind, capsys):
+    """Qdrant Edge writes to its files even to search: a search of a read-only Edge store reads a private copy,
+    with a note, and answers as the store itself does; a sync is refused before any work, and so is local mode."""
     synced(tmp_path, opts, capsys)
+    code, expected, err = run(capsys, ["search", "topic 3", *opts])
+    assert code == 0, err
     store = tmp_path / "mnt" / "store"
     plan = [["mount", "256m"], ["copy", str(tmp_path / "store"), str(store)], ["read-only"],
-            ["cli", "search", ["search", "topic 3", *with_store(opts, store)]]]
-    result = in_namespace(tmp_path, plan)["search"]
-    line = one_line_error(result["err"])
-    assert result["rc"] == 2, result  # nothing was done
-    assert f"the embedded store at {store} cannot be opened here" in line and "read-only" in line, line
-    assert "copy the store to a folder you can write and give that folder (--qdrant-path)" in line, line
+            ["cli", "search", ["search", "topic 3", *with_store(opts, store), "--json"]],
+            ["cli", "sync", ["sync", str(tmp_path / "docs"), *with_store(opts, store)]]]
+    results = in_namespace(tmp_path, plan)
+    for name in (("sync",) if store_kind == "edge" else ("search", "sync")):
+        line = one_line_error(results[name]["err"])
+        assert results[name]["rc"] == 2, results[name]  # nothing was done
+        assert f"the embedded store at {store} cannot be opened here" in line and "read-only" in line, line
+        assert "copy the store to a folder you can write and give that folder (--qdrant-path)" in line, line
+    if store_kind == "edge":
+        search = results["search"]
+        assert search["rc"] == 0, search
+        note = [ln for ln in search["err"].splitlines() if "note:" in ln]
+        assert len(note) == 1 and "searched in a copy at" in note[0] and "removed when done" in note[0], search
+        hits = json.loads(search["out"].strip().splitlines()[-1])
+        assert [(h["document_id"], h["score"]) for h in hits] == [(h["document_id"], h["score"]) for h in expected]
+        copy = note[0].split("searched in a copy at ")[1].split(",")[0]
+        assert not Path(copy).exists()  # removed when done
 
 
 def test_the_in_use_message_names_a_folder_called_store_once(tmp_path, opts, store_kind, capsys, monkeypatch):

@@ -14,7 +14,7 @@ pytest.importorskip("qdrant_client")
 pytest.importorskip("qdrant_edge")
 from qdrant_client import models  # noqa: E402
 
-from recemb_integrations.stores import LAYOUT_COMPACT, LAYOUT_RAM, open_store  # noqa: E402
+from recemb_integrations.stores import LAYOUT_COMPACT, LAYOUT_LEAN, LAYOUT_RAM, open_store  # noqa: E402
 from recemb_integrations.stores.client import ClientStore  # noqa: E402
 from recemb_integrations.stores.edge import EdgeStore  # noqa: E402
 from tests.integrations.cli_cases import run  # noqa: E402
@@ -92,7 +92,7 @@ def assert_same_answers(a: list, b: list, rounded: float = EXACT) -> None:
         assert [x[i][:2] for i in untied] == [y[i][:2] for i in untied], (x, y)
 
 
-def test_a_new_collection_is_compact_and_answers_as_the_old_layout(tmp_path, tiny_folder, capsys, ram_by_default):
+def test_a_new_collection_is_lean_and_answers_as_the_old_layout(tmp_path, tiny_folder, capsys, ram_by_default):
     corpus = make_corpus(tmp_path / "docs", 12)
     common = ["--model", str(tiny_folder), "--collection", "c", "--passage-tokens", "8"]
     old = ["--qdrant-path", str(tmp_path / "old"), *common]
@@ -100,8 +100,15 @@ def test_a_new_collection_is_compact_and_answers_as_the_old_layout(tmp_path, tin
     ram_by_default.undo()
     new = ["--qdrant-path", str(tmp_path / "new"), *common]
     assert run(capsys, ["sync", str(corpus), *new])[0] == 0
-    assert layout_of(tmp_path / "old") == LAYOUT_RAM and layout_of(tmp_path / "new") == LAYOUT_COMPACT
+    assert layout_of(tmp_path / "old") == LAYOUT_RAM and layout_of(tmp_path / "new") == LAYOUT_LEAN
     config = shard_config(tmp_path / "new")
+    # lean: the point-id tracker mapped, every segment indexed (its BM25 postings on disk), payload indexes on disk
+    assert config["id_tracker_memory"] == "cold" and config["optimizers"]["indexing_threshold"] == 1
+    assert config["optimizers"]["default_segment_number"] == 8
+    for found in (tmp_path / "new").rglob("payload_index/config.json"):
+        fields = json.loads(found.read_text())["indexed_fields"]
+        assert {"document_id", "kind", "passage", "passages", "root"} <= set(fields)
+        assert all(f["on_disk"] is True for f in fields.values()), fields
     dense = config["vectors"]["dense"]
     assert dense["memory"] == "cold" and dense["quantization_config"]["scalar"]["type"] == "int8"
     assert dense["quantization_config"]["scalar"]["memory"] == "pinned"
@@ -125,13 +132,13 @@ def test_an_old_collection_keeps_its_layout_and_a_rebuild_or_a_migration_moves_i
     code, report, err = run(capsys, ["migrate", "--qdrant-path", str(tmp_path / "store"), "--collection", "c",
                                      "--to-path", str(tmp_path / "moved")])
     assert code == 0 and report["copied"] == report["points"], err
-    assert layout_of(tmp_path / "moved") == LAYOUT_COMPACT
+    assert layout_of(tmp_path / "moved") == LAYOUT_LEAN
     assert_same_answers(before, searches(capsys, [*opts[:2], "--qdrant-path", str(tmp_path / "moved"),
                                                   "--collection", "c"]), rounded=FLOAT16_COSINE)
     dense_before = searches(capsys, opts, modes=("dense",))
     code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", *opts])
     assert code == 0 and report["added"] == 8, err
-    assert layout_of(tmp_path / "store") == LAYOUT_COMPACT
+    assert layout_of(tmp_path / "store") == LAYOUT_LEAN
     # (a rebuild also chooses its BM25 lengths afresh from today's documents: the dense side is compared)
     assert_same_answers(dense_before, searches(capsys, opts, modes=("dense",)), rounded=FLOAT16_COSINE)
 

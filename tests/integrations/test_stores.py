@@ -279,16 +279,19 @@ def test_edge_refuses_a_folder_of_other_files_and_a_local_mode_store(tmp_path):
 
 
 def test_edge_optimize_builds_the_index_after_enough_writes(edge_folder):
+    from recemb_integrations.stores import LAYOUT_COMPACT, LAYOUT_LEAN
     from recemb_integrations.stores.edge import EdgeStore
 
     with EdgeStore(edge_folder, optimize_after_points=8) as store:
-        store.create_collection("c", DIM, True, {})
-        store.upsert("c", [point(i) for i in range(5)])
-        assert store.optimize("c", show_progress_bar=False) is False  # too few points written
-        store.upsert("c", [point(i) for i in range(5, 10)])
-        assert store.optimize("c", show_progress_bar=False) is True
-        assert store.optimize("c", show_progress_bar=False) is False  # counted again from zero
-        assert store.count("c") == 10
+        for layout in (LAYOUT_COMPACT, LAYOUT_LEAN):
+            store.create_collection(layout, DIM, True, {}, layout=layout)
+            store.upsert(layout, [point(i) for i in range(5)])
+            # too few points written to build the graph; a lean collection indexes what it was given in any case
+            assert store.optimize(layout, show_progress_bar=False) is (layout == LAYOUT_LEAN)
+            store.upsert(layout, [point(i) for i in range(5, 10)])
+            assert store.optimize(layout, show_progress_bar=False) is True
+            assert store.optimize(layout, show_progress_bar=False) is False  # counted again from zero
+            assert store.count(layout) == 10
 
 
 def test_local_mode_warns_in_the_report_above_its_size(tiny_embedder, monkeypatch):
