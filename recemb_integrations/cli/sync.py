@@ -92,6 +92,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from recemb_integrations.qdrant.calls import StoreCalls
     from recemb_integrations.qdrant.collection import scan_documents
     from recemb_integrations.qdrant.points import FRAMEWORK_ROOT
+    from recemb_integrations.qdrant.rebuild import damaged_rebuild_refusal
     from recemb_integrations.qdrant.record import check_collection_name, decide_settings
     from recemb_integrations.stores import StoreDamagedError
 
@@ -141,6 +142,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             if not args.rebuild:
                 raise
             stored, damaged = None, e
+        if damaged is not None and not args.allow_mass_delete:  # before the model loads
+            raise CommandError(damaged_rebuild_refusal(args.collection).replace(" (allow_mass_delete=True)", ""))
         if damaged is not None:  # said before anything is written
             print(f"recemb sync: note: {escape_controls(str(damaged))}; --rebuild builds it again from "
                   f"{' '.join(map(escape, args.paths))} and drops what it cannot read", file=sys.stderr)

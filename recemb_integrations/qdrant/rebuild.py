@@ -29,8 +29,8 @@ from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REB
 from recemb_integrations.qdrant.writes import CreateCollection, DropCollection, Optimize, UpdateRecord, Upsert
 from recemb_integrations.stores import Store, StoredPoint, as_store
 
-__all__ = ["COPY_PAGE", "finish_interrupted_rebuild", "interrupted_rebuild_hint", "mark_staged", "rebuild_deletions",
-           "staged_rebuild", "staging_name", "swap"]
+__all__ = ["COPY_PAGE", "damaged_rebuild_refusal", "finish_interrupted_rebuild", "interrupted_rebuild_hint",
+           "mark_staged", "rebuild_deletions", "staged_rebuild", "staging_name", "swap"]
 
 COPY_PAGE = 256  # points per request when the staged points are copied into place
 
@@ -83,6 +83,15 @@ def finish_interrupted_rebuild(calls: StoreCalls, collection: str, index_metadat
         calls.apply(staging, DropCollection())  # stopped after the copy, before the clean-up
         return True
     return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
+
+
+def damaged_rebuild_refusal(collection: str) -> str:
+    """Why a rebuild of a damaged collection needs ``allow_mass_delete``: what it holds cannot be counted, so the
+    mass-deletion guard cannot tell a mistyped path from a complete one."""
+    return (f"collection {collection!r} is damaged, so a rebuild cannot read what it holds: it would keep only the "
+            "documents of these paths and drop everything else unread, and the guard against deleting most of a "
+            "collection cannot count it. Nothing was written. If these paths are every folder the collection was "
+            "synced from, run the rebuild again with --allow-mass-delete (allow_mass_delete=True)")
 
 
 def rebuild_deletions(collection: str, stored: StoredDocuments, entries: list[DocumentEntry],

@@ -22,7 +22,13 @@ from recemb_integrations.qdrant.documents import (
     check_document_ids,
     read_entries,
 )
-from recemb_integrations.qdrant.errors import CollectionMismatchError, NothingReadableError, NotOwnedError, RebuildError
+from recemb_integrations.qdrant.errors import (
+    CollectionMismatchError,
+    MassDeletionError,
+    NothingReadableError,
+    NotOwnedError,
+    RebuildError,
+)
 from recemb_integrations.qdrant.plan import DELETE_BATCH, StoredDocuments, check_empty, plan_sync, sources_root
 from recemb_integrations.qdrant.points import (
     FRAMEWORK_ROOT,
@@ -37,6 +43,7 @@ from recemb_integrations.qdrant.points import (
     scope_root,
 )
 from recemb_integrations.qdrant.rebuild import (
+    damaged_rebuild_refusal,
     finish_interrupted_rebuild,
     interrupted_rebuild_hint,
     mark_staged,
@@ -279,7 +286,8 @@ class QdrantSync:
         ``rebuild``: build the collection anew with this instance's settings (layout, model, passages, BM25) from
         ``documents`` into a staging collection, then replace the old one with it (``recemb_integrations.qdrant.
         rebuild``). A collection whose files are damaged is rebuilt from ``documents`` without reading it: what it
-        held beyond them is dropped, and the report's warnings say so.
+        held beyond them is dropped, and the report's warnings say so; as what it holds cannot be counted, this
+        needs ``allow_mass_delete`` (``MassDeletionError`` otherwise, before any write).
 
         ``scope``: an id prefix (e.g. ``"wiki/"``, one path component or more; a missing final "/" is added): this
         sync's root. Every point records the root whose sync wrote it (``""`` without a scope), and a sync deletes,
@@ -410,6 +418,8 @@ class QdrantSync:
                 stored, damage = None, str(e)
         else:
             settings = decide_settings(None, self.requested)
+        if damage is not None and not allow_mass_delete:
+            raise MassDeletionError(damaged_rebuild_refusal(self.collection))
         if stored is not None:
             kept, left_out, _ = check_empty(entries, skip_empty)
             stale = rebuild_deletions(self.collection, stored, kept, left_out, bad, keep_ids, allow_mass_delete)

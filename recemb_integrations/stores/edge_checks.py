@@ -28,8 +28,9 @@ OPTIMIZE_SPACE_FACTOR = 2  # an optimize writes the segments it merges anew besi
 INDEX_SPACE_PER_POINT = 64  # what a new payload index takes per point
 VECTOR_SAMPLE = 16  # points whose dense vectors are checked when a shard is opened
 UNIT_TOLERANCE = 1e-3  # |norm² - 1| of a stored dense vector; float32 normalisation is within 1e-6
-RECOVER = ("rebuild it from its source folder with `recemb sync PATHS --rebuild` (what cannot be read is dropped; or "
-           "delete its folder {folder} and sync it again), or restore the store from a backup")
+RECOVER = ("rebuild it from every folder it was synced from with `recemb sync PATHS --rebuild --allow-mass-delete` "
+           "(what cannot be read is dropped; or delete its folder {folder} and sync it again), or restore the store "
+           "from a backup")
 
 
 def opened_damage(count: int, expected: Any, with_dense: int, segments: Path) -> str | None:

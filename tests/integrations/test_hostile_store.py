@@ -281,10 +281,18 @@ def test_a_damaged_edge_store_is_one_line_naming_the_file_and_the_way_to_recover
         line = one_line_error(err)
         assert code == 1, (argv, err)
         assert all(part in line for part in named(store)), (argv, line)
-        assert "rebuild it from its source folder with `recemb sync PATHS --rebuild`" in line
+        assert "rebuild it from every folder it was synced from with `recemb sync PATHS --rebuild " \
+               "--allow-mass-delete`" in line, line
         assert f"delete its folder {folder} and sync it again" in line and "or restore the store from a backup" in line
-    (corpus / "doc001.txt").unlink()  # the source moved on since: the rebuild follows it, the guard still stands
-    code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", *opts])  # the way the line names
+    (corpus / "doc001.txt").unlink()  # the source moved on since: the rebuild follows it
+    # What a damaged collection holds cannot be counted: a rebuild without the flag (a mistyped path would drop the
+    # rest unread) is refused before anything is written, the damage still there and still reported.
+    code, _, err = run(capsys, ["sync", str(corpus), "--rebuild", *opts], json_out=False)
+    assert code == 2 and "the guard against deleting most of a collection cannot count it. Nothing was written" \
+        in one_line_error(err), err
+    code, _, err = run(capsys, ["search", "document number 3", *opts], json_out=False)
+    assert code == 1 and all(part in one_line_error(err) for part in named(store)), err
+    code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", "--allow-mass-delete", *opts])  # the way
     assert code == 0 and report["added"] == len(texts_under(corpus)), err
     note = [ln for ln in err.splitlines() if ln.startswith("recemb sync: note:")]
     assert len(note) == 1 and "drops what it cannot read" in note[0], err  # said before anything was written
@@ -293,6 +301,26 @@ def test_a_damaged_edge_store_is_one_line_naming_the_file_and_the_way_to_recover
     assert run(capsys, ["search", "document number 3", *opts])[0] == 0
     code, report, err = run(capsys, ["sync", str(corpus), *opts])  # and it is whole: nothing left to do
     assert code == 0 and report["unchanged"] == len(texts_under(corpus)) and not report["warnings"], err
+
+
+@pytest.mark.parametrize("damage", ["record-truncated", "vectors-zeroed"])
+def test_the_apis_rebuild_of_a_damaged_collection_needs_allow_mass_delete(tmp_path, edge_opts, capsys, tiny_embedder,
+                                                                         damage):
+    from recemb_integrations.qdrant import MassDeletionError, QdrantSync
+    from recemb_integrations.sources import folder_sources
+
+    store = tmp_path / "store"
+    corpus = synced(tmp_path, edge_opts, capsys)
+    EDGE_DAMAGE[damage][0](store)
+    sources = folder_sources([str(corpus)]).sources
+    with open_store(path=store) as s:
+        sync = QdrantSync(s, "c", tiny_embedder, passage_tokens=8, passages_above=8)
+        with pytest.raises(MassDeletionError, match="cannot count it. Nothing was written"):
+            sync.sync(sources, rebuild=True)
+        assert sorted(f.name for f in (store / "collections").iterdir()) == ["c"]  # no staging collection either
+        report = sync.sync(sources, rebuild=True, allow_mass_delete=True)
+        assert report.added == len(texts_under(corpus)) and any("could not be read" in w for _, w in report.warnings)
+    assert_store_is(store, texts_under(corpus))
 
 
 def test_a_damaged_store_marker_is_one_line_and_the_way_on_works(tmp_path, edge_opts, capsys):
