@@ -21,6 +21,7 @@ import numpy as np
 
 from recemb.core.streaming import TokenizationError, TokenStream
 from recemb_integrations.qdrant.documents import Document, DocumentEntry, WriteOutcome
+from recemb_integrations.qdrant.errors import VectorError
 from recemb_integrations.qdrant.points import (
     PassageWindows,
     Span,
@@ -31,6 +32,7 @@ from recemb_integrations.qdrant.points import (
     point_vectors,
 )
 from recemb_integrations.qdrant.record import ONE_PASS, PASSAGES_ONLY, WHOLE_AND_PASSAGES, SyncSettings, bm25_encoders
+from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writes import DeleteStalePassages, Upsert, Write
 from recemb_integrations.stores import StoredPoint
 from recemb_integrations.terminal import escape
@@ -188,16 +190,15 @@ class DocumentWriter:
 
     def _checked_vectors(self, batch: list[tuple[Document, str]], outcome: WriteOutcome
                          ) -> list[tuple[Document, str]]:
-        """The documents whose given vector (if any) can be a point's: of the model's size, not all zeros (cosine
-        has no direction for it); the others failed."""
+        """The documents whose given vector (if any) can be a point's (``vectors.check_vector``: the model's size,
+        finite, not all zeros, any length: it is normalised as stored); the others failed, with the reason."""
         kept = []
         for doc, action in batch:
             if doc.vector is not None:
-                vector = np.asarray(doc.vector, dtype=np.float32)
-                if vector.shape != (self.embedder.dim,) or not np.isfinite(vector).all() or not vector.any():
-                    outcome.failed.append((doc.id, f"its vector ({vector.shape[0] if vector.ndim == 1 else '?'} "
-                                                   f"values) is not a {self.embedder.dim}-d nonzero vector of this "
-                                                   "collection's model"))
+                try:
+                    check_vector(doc.vector, self.embedder.dim, unit=False, what="its vector")
+                except VectorError as e:
+                    outcome.failed.append((doc.id, str(e)))
                     continue
             kept.append((doc, action))
         return kept

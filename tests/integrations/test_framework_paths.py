@@ -86,6 +86,9 @@ def test_a_given_vector_is_the_documents_own_point_and_its_passages_are_embedded
         report = sync.sync([Document("bad", "x", {}, [0.0] * tiny_embedder.dim), Document("short", "y", {}, [1.0])],
                            delete_missing=False)
         assert sorted(f[0] for f in report.failed) == ["bad", "short"]
+        why = dict(report.failed)
+        assert "is all zeros" in why["bad"] and f"has 1 values; the collection's model makes vectors of " \
+            f"{tiny_embedder.dim}" in why["short"]
 
 
 def test_documents_by_id_and_deletes_that_never_mean_everything(tmp_path, tiny_embedder, store_kind):
