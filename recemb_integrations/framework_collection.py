@@ -234,6 +234,9 @@ class FrameworkCollection:
         (passage and "any" granularity; None: no limit); where a document gives several, those whose characters
         overlap or touch are merged into one (``merge_overlaps``), so no character comes twice."""
         check_granularity(granularity)
+        if query_vector is None and not (isinstance(query, str) and query.strip()):
+            raise ValueError(f"a search needs a query's text or its vector, got {query!r} and no vector; nothing was "
+                             "searched")
         if not self.exists():
             return []
         sync = self.sync

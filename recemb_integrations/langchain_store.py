@@ -144,8 +144,9 @@ class RecembVectorStore(_vectorstores.VectorStore):
             ids = list(ids)
             if len(ids) != len(documents):
                 raise ValueError(f"{len(documents)} documents but {len(ids)} ids")
-        chosen = [(ids[i] if ids is not None and ids[i] is not None else None) or d.id
-                  or content_id(d.page_content, d.metadata) for i, d in enumerate(documents)]
+        # An id given (even "" or blank, which the sync refuses by name) is the id; only a missing one is made.
+        given = [ids[i] if ids is not None and ids[i] is not None else d.id for i, d in enumerate(documents)]
+        chosen = [g if g is not None else content_id(d.page_content, d.metadata) for g, d in zip(given, documents)]
         self.collection.add([RecembDocument(i, d.page_content, dict(d.metadata or {})) for i, d in
                              zip(chosen, documents)], show_progress_bar=show_progress_bar)
         return chosen
@@ -192,6 +193,8 @@ class RecembVectorStore(_vectorstores.VectorStore):
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[LCDocument]:
         """Dense search by a query vector made by the collection's model (checked: its dimension, finite, not all
         zeros, of unit length for recemb's models; ``VectorError`` otherwise)."""
+        if embedding is None:  # never the empty query's search
+            raise TypeError("similarity_search_by_vector needs the query's vector, got None; nothing was searched")
         kwargs = {**kwargs, "mode": "dense"}
         return [as_document(f) for f in self._search("", k, kwargs, query_vector=embedding)]
 

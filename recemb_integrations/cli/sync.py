@@ -82,6 +82,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         NO_PASSAGES,
         CollectionMismatchError,
         InvalidSetting,
+        MassDeletionError,
         NothingReadableError,
         QdrantSync,
         RebuildError,
@@ -91,7 +92,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
     )
     from recemb_integrations.qdrant.calls import StoreCalls
     from recemb_integrations.qdrant.collection import scan_documents
-    from recemb_integrations.qdrant.points import FRAMEWORK_ROOT
     from recemb_integrations.qdrant.rebuild import damaged_rebuild_refusal
     from recemb_integrations.qdrant.record import check_collection_name, decide_settings
     from recemb_integrations.stores import StoreDamagedError
@@ -143,14 +143,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 raise
             stored, damaged = None, e
         if damaged is not None and not args.allow_mass_delete:  # before the model loads
-            raise CommandError(damaged_rebuild_refusal(args.collection).replace(" (allow_mass_delete=True)", ""))
+            raise CommandError(damaged_rebuild_refusal(args.collection, allow="--allow-mass-delete"))
         if damaged is not None:  # said before anything is written
-            print(f"recemb sync: note: {escape_controls(str(damaged))}; --rebuild builds it again from "
+            print(f"recemb sync: note: {escape_controls(damaged.damage)}; --rebuild builds it again from "
                   f"{' '.join(map(escape, args.paths))} and drops what it cannot read", file=sys.stderr)
         allow_mass_delete = args.allow_mass_delete
-        if stored is not None:  # (a framework's ids are its own: a file path there is not an earlier recemb's)
-            folders = [d for d in stored.documents if stored.seen.get(d) != FRAMEWORK_ROOT]
-            allow_mass_delete = _check_id_scheme(args, folders, sources) or allow_mass_delete
+        if stored is not None:
+            allow_mass_delete = _check_id_scheme(args, earlier_absolute_ids(stored), sources) or allow_mass_delete
         # An existing collection's own model unless one is named, as for search.
         embedder = resources.load_embedder(args, model=record.model if record else None)
         sync = QdrantSync(store, args.collection, embedder, settings, batch_size=args.batch_size,
@@ -162,6 +161,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
                                scope=sources.scope, executor=executor, stored=stored)
         except NothingReadableError as e:
             raise CommandError(str(e).replace(" documents could be read", " files could be read")) from None
+        except MassDeletionError as e:
+            raise CommandError(_mass_deletion_message(e)) from None
         except RebuildError as e:
             raise CommandError(str(e)) from None
     report.failed = list(sources.missing) + report.failed
@@ -185,6 +186,18 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return EXIT_PARTIAL if report.failed else EXIT_OK
 
 
+def _mass_deletion_message(error) -> str:
+    """A refused mass deletion in the command's flags (the API's message names its arguments)."""
+    from recemb_integrations.qdrant.plan import mass_deletion_summary
+    from recemb_integrations.qdrant.rebuild import damaged_rebuild_refusal
+
+    if error.damaged:
+        return damaged_rebuild_refusal(error.collection, allow="--allow-mass-delete")
+    return (f"{mass_deletion_summary(error.collection, list(error.deleting), error.managed, error.given)}; nothing "
+            "was written. Check the paths; if the deletion is intended, pass --allow-mass-delete, or keep them with "
+            "--keep-missing; to keep several folders in one collection, sync each with its own --id-prefix.")
+
+
 def _id_prefix(args: argparse.Namespace) -> str | None:
     prefix = getattr(args, "id_prefix", None)
     if prefix is None:
@@ -199,12 +212,23 @@ def _looks_absolute(doc_id: str) -> bool:
     return doc_id.startswith("/") or bool(re.match(r"^[A-Za-z]:[\\/]", doc_id))
 
 
-def _check_id_scheme(args: argparse.Namespace, stored_ids, sources: FolderSources) -> bool:
+def earlier_absolute_ids(stored) -> list[str]:
+    """The documents an earlier recemb synced from files under absolute ids (before ids were relative, and before
+    points recorded who wrote them): unstamped, the id an absolute path, the metadata the file's (its name the id's
+    last part). A document of the Python API or a framework whose id merely looks like a path is none of them."""
+    found = []
+    for doc_id, (_, metadata) in stored.documents.items():
+        if stored.seen.get(doc_id) is None and _looks_absolute(doc_id or "") and isinstance(metadata, dict) \
+                and metadata.get("file_name") == re.split(r"[\\/]", doc_id)[-1]:
+            found.append(doc_id)
+    return sorted(found)
+
+
+def _check_id_scheme(args: argparse.Namespace, absolute: list[str], sources: FolderSources) -> bool:
     """Collections synced before ids became relative hold absolute paths: a plain sync would delete and re-add
     everything, so it is refused with the way on. A --rebuild is the way on; it may then replace every id (True:
-    the deletions are the old ids of the same files, when most of them match). ``stored_ids``: the collection's
-    document ids, from the sync's one scan."""
-    absolute = sorted(doc_id for doc_id in stored_ids if _looks_absolute(doc_id or ""))
+    the deletions are the old ids of the same files, when most of them match). ``absolute``: the collection's
+    documents that an earlier recemb stored under absolute paths (``earlier_absolute_ids``)."""
     if not absolute:
         return False
     if not args.rebuild:
@@ -216,7 +240,7 @@ def _check_id_scheme(args: argparse.Namespace, stored_ids, sources: FolderSource
             "PATHS` (built beside the old one, which it replaces when complete; every document is embedded again), "
             "or sync into a new --collection.")
     old_ids = {Path(real_path(f)).as_posix() for f in sources.files}  # an earlier recemb's ids: resolved paths
-    return len(set(stored_ids) & old_ids) >= len(stored_ids) / 2
+    return len(set(absolute) & old_ids) >= len(absolute) / 2
 
 
 def _ray_executor(args: argparse.Namespace):

@@ -10,8 +10,15 @@ from typing import Any
 
 from recemb_integrations.qdrant.calls import StoreCalls
 from recemb_integrations.qdrant.lengths import choose_bm25_settings
-from recemb_integrations.qdrant.plan import StoredDocuments
-from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE, PAYLOAD_INDEXES, ROOT_KEY, match
+from recemb_integrations.qdrant.plan import StoredDocuments, incomplete_passages
+from recemb_integrations.qdrant.points import (
+    KIND_DOCUMENT,
+    KIND_PASSAGE,
+    PAYLOAD_INDEXES,
+    ROOT_KEY,
+    from_a_file,
+    match,
+)
 from recemb_integrations.qdrant.record import (
     CollectionRecord,
     ModelFacts,
@@ -124,14 +131,19 @@ def prepare_collection(calls: StoreCalls, collection: str, record: CollectionRec
 
 # ---------------------------------------------------------------------- what the points hold
 def scan_documents(calls: StoreCalls, collection: str) -> StoredDocuments:
-    """One pass over every point of the collection: each document point's hash and metadata, and every document id
-    with the root that wrote it."""
+    """One pass over every point of the collection: each document point's hash and metadata, every document id
+    with the root that wrote it, and the documents whose passages are not all there (``plan.incomplete_passages``)."""
     documents: dict[str, tuple[str, Any]] = {}
     seen: dict[str, str | None] = {}
+    recorded: dict[str, tuple[str | None, int | None]] = {}  # document id -> (hash, passages) of its own point
+    # (document id, the document hash a passage records) -> passage points found: one entry a version, not a passage
+    found: dict[tuple[str, str | None], int] = {}
+    files: set[str] = set()  # ids whose passages record a file (their own point may not be written yet)
     offset = None
     while True:
         points, offset = calls(calls.store.scroll, collection, limit=SCAN_PAGE, offset=offset,
-                               with_payload=["document_id", "content_hash", "kind", "metadata", ROOT_KEY],
+                               with_payload=["document_id", "content_hash", "kind", "metadata", ROOT_KEY, "passages",
+                                             "document_hash"],
                                with_vectors=False)
         for p in points:
             payload = p.payload or {}
@@ -142,8 +154,16 @@ def scan_documents(calls: StoreCalls, collection: str) -> StoredDocuments:
                 seen[doc_id] = payload.get(ROOT_KEY)
             if payload.get("kind") == KIND_DOCUMENT:
                 documents[doc_id] = (payload.get("content_hash"), payload.get("metadata"))
+                recorded[doc_id] = (payload.get("content_hash"), payload.get("passages"))
+            elif payload.get("kind") == KIND_PASSAGE:
+                # One point per (document, passage index) by its id, so counting them per version counts passages.
+                key = (doc_id, payload.get("document_hash"))
+                found[key] = found.get(key, 0) + 1
+                if doc_id not in files and from_a_file(payload.get("metadata")):
+                    files.add(doc_id)
         if offset is None:
-            return StoredDocuments(documents, seen)
+            break
+    return StoredDocuments(documents, seen, incomplete_passages(recorded, found), frozenset(files))
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,18 @@ report and a search's hits. Pure: nothing here touches a store or a model."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from recemb_integrations.qdrant.points import clean_document_id, content_hash
+from recemb_integrations.qdrant.points import clean_document_id, content_hash, id_problem
 
 __all__ = ["Document", "DocumentEntry", "DocumentSource", "SearchHit", "StoredDocument", "SyncReport", "WriteOutcome",
-           "check_document_ids", "read_entries"]
+           "check_document_ids", "metadata_problem", "read_entries"]
+
+# Qdrant keeps a payload's integers as signed 64-bit values; a larger one would come back as a float of another value.
+PAYLOAD_INT_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 ACTIONS = ("added", "updated")  # what writing a document's points does to it
 
@@ -142,7 +146,56 @@ def check_document_ids(document_ids: Any, what: str) -> list[str]:
     bad = [d for d in ids if not isinstance(d, str) or not d]
     if bad:
         raise TypeError(f"{what}: document ids are non-empty strings, got {bad[0]!r}; nothing was done")
+    for d in ids:  # (a NUL or blank id may name a document stored before they were refused: it can be named here)
+        try:
+            d.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what}: {id_problem(d)}; nothing was done") from None
     return list(dict.fromkeys(map(clean_document_id, ids)))
+
+
+def metadata_problem(metadata: Any) -> str | None:
+    """Why ``metadata`` cannot be stored and read back as given, naming the key; None where it can. It must be a dict
+    of JSON values (Qdrant's payload): no float that is NaN or infinite (JSON has none), no integer beyond 64 bits,
+    no string or key holding a lone surrogate (not Unicode text). Pure."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        return f"metadata is a dict of key -> value, got {type(metadata).__name__}"
+    return _value_problem(metadata, "metadata")
+
+
+def _value_problem(value: Any, where: str) -> str | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _surrogate(key) is not None:
+                return f"the key {key!r} of {where} holds a lone surrogate at {_surrogate(key)}, which is not text"
+            problem = _value_problem(item, f"{where}[{key!r}]")
+            if problem is not None:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = _value_problem(item, f"{where}[{i}]")
+            if problem is not None:
+                return problem
+    elif isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value!r}: NaN and infinity are not JSON numbers and cannot be stored"
+    elif isinstance(value, int) and not isinstance(value, bool) and not (
+            PAYLOAD_INT_RANGE[0] <= value <= PAYLOAD_INT_RANGE[1]):
+        return (f"{where} is {value}, beyond the 64-bit integers a payload holds (it would come back as a float of "
+                "another value); store it as a string")
+    elif isinstance(value, str) and _surrogate(value) is not None:
+        return f"{where} holds a lone surrogate at {_surrogate(value)}, which is not text and cannot be stored"
+    return None
+
+
+def _surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate, or None."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return e.start
 
 
 @dataclass
@@ -203,32 +256,47 @@ def _document_entry(item: Any, i: int, failed: list[tuple[str, str]]) -> Documen
     else:
         failed.append((f"#{i}", f"item {i} is {type(item).__name__}, expected Document or (id, text[, metadata])"))
         return None
-    if not isinstance(doc.id, str) or not doc.id:
-        failed.append((f"#{i}", f"item {i} has document id {doc.id!r}; ids must be non-empty strings"))
+    problem = id_problem(doc.id)
+    if problem is not None:
+        failed.append((f"#{i}", f"item {i}: {problem}"))
         return None
     doc = Document(clean_document_id(doc.id), doc.text, doc.metadata, doc.vector)
     if not isinstance(doc.text, str):
         hint = " (decode it first, e.g. text.decode('utf-8'))" if isinstance(doc.text, (bytes, bytearray)) else ""
         failed.append((doc.id, f"text is {type(doc.text).__name__}, expected str{hint}"))
         return None
-    try:
-        # As Qdrant will store and return it (tuples become lists), so an unchanged document compares equal.
-        doc = Document(doc.id, doc.text, json.loads(json.dumps(doc.metadata or {})), doc.vector)
-    except (TypeError, ValueError) as e:
-        failed.append((doc.id, f"metadata is not JSON-serialisable: {e}"))
+    if (at := _surrogate(doc.text)) is not None:  # neither a tokenizer nor a payload takes it
+        failed.append((doc.id, f"the text holds a lone surrogate at character {at}, which is not Unicode text "
+                               "(decode its bytes with errors='replace')"))
         return None
+    metadata = _stored_metadata(doc.id, doc.metadata, failed)
+    if metadata is None:
+        return None
+    doc = Document(doc.id, doc.text, metadata, doc.vector)
     return DocumentEntry(doc.id, doc.metadata, content_hash(doc.text), not doc.text.strip(), len(doc.text),
                          document=doc)
 
 
+def _stored_metadata(doc_id: str, metadata: Any, failed: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """The metadata as Qdrant will store and return it (tuples become lists), so an unchanged document compares
+    equal; None, with the document failed and the key named, where it cannot be stored as given."""
+    problem = metadata_problem(metadata)
+    if problem is None:
+        try:
+            return json.loads(json.dumps(metadata or {}, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            problem = f"metadata is not JSON-serialisable: {e}"
+    failed.append((doc_id, problem))
+    return None
+
+
 def _source_entry(source: DocumentSource, i: int, failed: list[tuple[str, str]]) -> DocumentEntry | None:
-    if not isinstance(source.id, str) or not source.id:
-        failed.append((f"#{i}", f"item {i} has document id {source.id!r}; ids must be non-empty strings"))
+    problem = id_problem(source.id)
+    if problem is not None:
+        failed.append((f"#{i}", f"item {i}: {problem}"))
         return None
-    try:
-        metadata = json.loads(json.dumps(source.metadata or {}))
-    except (TypeError, ValueError) as e:
-        failed.append((source.id, f"metadata is not JSON-serialisable: {e}"))
+    metadata = _stored_metadata(source.id, source.metadata, failed)
+    if metadata is None:
         return None
     try:
         if source.fingerprint is not None:

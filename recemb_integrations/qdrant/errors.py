@@ -31,7 +31,16 @@ class InvalidSetting(ValueError):
 
 
 class MassDeletionError(ValueError):
-    """A sync would delete half or more of the documents it manages; nothing was written."""
+    """A sync would delete half or more of the documents it manages (``deleting``: those ids, of ``managed``; the
+    ``given`` documents were among its sources), or a rebuild of a damaged collection could not count them
+    (``damaged``); nothing was written. The message names the Python arguments; the command words it in its flags
+    from these fields."""
+
+    def __init__(self, message: str, collection: str, deleting: tuple[str, ...] = (), managed: int = 0,
+                 given: int = 0, damaged: bool = False):
+        super().__init__(message)
+        self.collection, self.deleting, self.managed, self.given, self.damaged = (collection, tuple(deleting),
+                                                                                  managed, given, damaged)
 
 
 class NotOwnedError(ValueError):
@@ -53,7 +62,12 @@ class NothingReadableError(ValueError):
 
 
 class RebuildError(ValueError):
-    """A rebuild cannot replace the collection yet (some documents failed); the old collection is untouched."""
+    """A rebuild cannot replace the collection (some documents failed, or it would drop documents it has no source
+    for); the old collection is untouched. ``report``: what the staging sync did, where it ran."""
+
+    def __init__(self, message: str, report: Any = None):
+        super().__init__(message)
+        self.report = report
 
 
 class SearchNotice(UserWarning):

@@ -11,11 +11,18 @@ from typing import Any
 
 from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import MassDeletionError
-from recemb_integrations.qdrant.points import foreign_id_message, from_a_file, id_spellings, owned_ids
+from recemb_integrations.qdrant.points import (
+    API_ROOT,
+    claimable_ids,
+    foreign_id_message,
+    from_a_file,
+    id_spellings,
+    owned_ids,
+)
 from recemb_integrations.qdrant.writes import DeleteDocuments, SetMetadata, StampRoot, Write
 
-__all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "plan_sync",
-           "respelled", "sources_root", "stale_ids"]
+__all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty",
+           "incomplete_passages", "mass_deletion_summary", "plan_sync", "respelled", "sources_root", "stale_ids"]
 
 DELETE_BATCH = 256  # documents deleted (or stamped) per write
 
@@ -30,20 +37,46 @@ EMPTIED = ("; its stored version is kept (skip_empty leaves it out). Delete the 
 
 @dataclass(frozen=True)
 class StoredDocuments:
-    """What one scan of a collection found: each document point's (content hash, metadata), and every document id
+    """What one scan of a collection found: each document point's (content hash, metadata), every document id
     seen in any point (passages of a document whose own point was never written included) -> the root that wrote
-    it (None for points of a recemb that did not record roots)."""
+    it (None for points of a recemb that did not record roots), the documents whose points are incomplete
+    (``incomplete``: id -> (passages found, passages its own point records); ``incomplete_passages`` computes it),
+    and those read from a file (``from_files``)."""
 
     documents: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
     seen: Mapping[str, str | None] = field(default_factory=dict)
+    incomplete: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    files: frozenset[str] = frozenset()  # ids whose passages record a file (a document point may be missing)
 
     def from_files(self) -> set[str]:
-        """The documents whose metadata records the file a folder sync read them from."""
-        return {doc_id for doc_id, (_, metadata) in self.documents.items() if from_a_file(metadata)}
+        """The documents whose metadata (on their own point or a passage) records the file a folder sync read them
+        from."""
+        return set(self.files) | {doc_id for doc_id, (_, metadata) in self.documents.items() if from_a_file(metadata)}
 
     def owned(self, root: str) -> set[str]:
         """The stored document ids that belong to ``root`` (``points.owned_ids``)."""
         return owned_ids(self.seen, root, self.from_files())
+
+    def claimable(self) -> set[str]:
+        """The stored document ids any writer may take over by writing them (``points.claimable_ids``)."""
+        return claimable_ids(self.seen, self.from_files())
+
+
+def incomplete_passages(recorded: Mapping[str, tuple[str | None, int | None]],
+                        found: Mapping[tuple[str, str | None], int]) -> dict[str, tuple[int, int]]:
+    """The documents whose passages are not all there (pure). ``recorded``: each document point's (content hash,
+    passages it records; None where an earlier recemb did not record the count); ``found``: (document id, the
+    document hash a passage records, None for passages written before they recorded it) -> how many passage points of
+    that document carry it. A passage of another version does not count, so a document
+    whose passage was overwritten or deleted by anything but its own sync is found here: id -> (found, recorded)."""
+    incomplete = {}
+    for doc_id, (text_hash, passages) in recorded.items():
+        if not isinstance(passages, int) or passages <= 0:
+            continue
+        have = found.get((doc_id, text_hash), 0) + found.get((doc_id, None), 0)
+        if have < passages:
+            incomplete[doc_id] = (have, passages)
+    return incomplete
 
 
 @dataclass(frozen=True)
@@ -86,27 +119,34 @@ def stale_ids(collection: str, managed: set[str], entries: list[DocumentEntry], 
                   for s in id_spellings(d)}
     stale = sorted(managed - source_ids)
     if stale and not allow_mass_delete and len(stale) >= MASS_DELETE_FRACTION * len(managed):
-        shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
         raise MassDeletionError(
-            f"this sync would delete {len(stale)} of the {len(managed)} documents it manages in collection "
-            f"{collection!r} ({shown}) because they are not among the {len(entries)} given; nothing was "
-            "written. Check the paths; if the deletion is intended, pass --allow-mass-delete "
-            "(allow_mass_delete=True), or keep them with --keep-missing (delete_missing=False); to keep several "
-            "folders in one collection, sync each with its own --id-prefix (scope=).")
+            f"{mass_deletion_summary(collection, stale, len(managed), len(entries))}; nothing was written. Check the "
+            "documents given; if the deletion is intended, pass allow_mass_delete=True, or keep them with "
+            "delete_missing=False; to keep several sets of documents in one collection, give each sync its own "
+            "scope=.", collection, tuple(stale), len(managed), len(entries))
     return stale
 
 
+def mass_deletion_summary(collection: str, stale: list[str], managed: int, given: int) -> str:
+    """What a refused mass deletion would have deleted, in words every caller shares (the API's message, the
+    command's)."""
+    shown = ", ".join(repr(d) for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
+    return (f"this sync would delete {len(stale)} of the {managed} documents it manages in collection {collection!r} "
+            f"({shown}) because they are not among the {given} given")
+
+
 def sources_root(scope: str | None, declared: Iterable[str | None]) -> str:
-    """The root of a sync given ``scope`` (already a root: "" or "prefix/", or None when none was given) and the roots
+    """The root of a sync given ``scope`` (already a root: "prefix/", or None when none was given) and the roots
     its sources declare (``DocumentSource.root``: where ``folder_sources`` found them; None: not declared). Sources
-    of one root make the sync that root's; a scope that contradicts them, or sources of several roots, are a
+    of one root make the sync that root's; documents that declare none, without a scope, are the Python API's
+    (``points.API_ROOT``); a scope that contradicts them, or sources of several roots, are a
     ValueError before anything is written: a sync must never manage (and delete) a root its documents are not of."""
     roots = sorted({r for r in declared if r is not None})
     if len(roots) > 1:
         raise ValueError(f"the documents come from {len(roots)} sync roots ({', '.join(map(repr, roots))}); sync each "
                          "root on its own (each folder_sources() result with its own scope); nothing was written")
     if not roots:
-        return scope or ""
+        return scope if scope is not None else API_ROOT
     if scope is not None and scope != roots[0]:
         raise ValueError(f"the documents were found under {_root_name(roots[0])}, but the sync was given "
                          f"scope={scope!r}; pass the sources' own scope (folder_sources(...).scope) or none; nothing "
@@ -139,8 +179,10 @@ def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[Docu
     entries, left_out = respelled(entries, seen), respelled(left_out, seen)
     owned = stored.owned(root)
     # Another root's documents are neither overwritten nor deleted; an emptied document keeps its stored version.
-    foreign = [e for e in entries if e.id in seen and e.id not in owned]
-    entries = [e for e in entries if not (e.id in seen and e.id not in owned)]
+    # A document no writer owns (``claimable``) is taken over by writing it.
+    writable = owned | stored.claimable()
+    foreign = [e for e in entries if e.id in seen and e.id not in writable]
+    entries = [e for e in entries if not (e.id in seen and e.id not in writable)]
     kept = [e for e in left_out if e.id in existing and e.id in owned]
     warnings = [(e.id, e.describe_blank() + (EMPTIED if e in kept else "; left out (skip_empty)")) for e in left_out]
     stale: list[str] = []
@@ -152,8 +194,12 @@ def plan_sync(collection: str, entries: list[DocumentEntry], left_out: list[Docu
     to_embed, metadata_updates, unstamped, unchanged = [], [], [], 0
     for entry in entries:
         old = existing.get(entry.id)
-        if old is not None and old[0] == entry.hash:
-            if seen.get(entry.id) != root:  # unstamped, or a framework's document from before it had an owner
+        if old is not None and old[0] == entry.hash and entry.id in stored.incomplete:
+            have, want = stored.incomplete[entry.id]
+            warnings.append((entry.id, f"{want - have} of its {want} passages were missing from the collection "
+                                       "(overwritten or deleted by something other than its sync); re-embedded"))
+        elif old is not None and old[0] == entry.hash:
+            if seen.get(entry.id) != root:  # unstamped, or taken over (claimable: written before its writer had a root)
                 unstamped.append(entry.id)
             if old[1] != entry.metadata:
                 metadata_updates.append(SetMetadata(entry.id, entry.metadata))

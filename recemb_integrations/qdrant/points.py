@@ -16,10 +16,11 @@ from typing import Any
 from recemb_integrations.sparse import SparseVector
 from recemb_integrations.stores import DENSE_VECTOR, INTEGER, KEYWORD, SPARSE_VECTOR, filters
 
-__all__ = ["FRAMEWORK_ROOT", "ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES", "PassageWindows",
-           "ROOT_KEY", "Span", "clean_document_id", "content_hash", "describe_root", "document_payload",
-           "foreign_id_message", "from_a_file", "id_spellings", "match", "model_fingerprint", "owned_among",
-           "owned_ids", "passage_payload", "point_id", "point_vectors", "scope_root"]
+__all__ = ["API_ROOT", "FRAMEWORK_ROOT", "ID_NAMESPACE", "KIND_DOCUMENT", "KIND_PASSAGE", "PAYLOAD_INDEXES",
+           "PassageWindows", "ROOT_KEY", "Span", "WRITER_ROOTS", "claimable_ids", "clean_document_id", "content_hash",
+           "describe_root", "document_payload", "foreign_id_message", "from_a_file", "id_problem", "id_spellings",
+           "match", "model_fingerprint", "owned_among", "owned_ids", "passage_payload", "point_id", "point_vectors",
+           "scope_root"]
 
 ID_NAMESPACE = uuid.UUID("6f1c2a7e-5b0d-4c8e-9a51-3d2f7c0e4b19")  # recemb's namespace for uuid5 point ids
 KIND_DOCUMENT, KIND_PASSAGE = "document", "passage"
@@ -30,6 +31,10 @@ ROOT_KEY = "root"
 # them (theirs are "" or end in "/"), so no folder sync deletes a framework's documents and no framework delete
 # touches a folder's.
 FRAMEWORK_ROOT = "framework"
+# The owner of what ``QdrantSync.sync`` writes through the Python API without a scope and from sources that declare
+# no folder root: its own, so that neither a folder's sync nor a framework's store deletes it, nor it theirs.
+API_ROOT = "api"
+WRITER_ROOTS = (FRAMEWORK_ROOT, API_ROOT)  # the owners that are not folder roots (those are "" or end in "/")
 # Filtered by: "passages" is a document point's passage count (0: the document is its own passage).
 PAYLOAD_INDEXES = {"document_id": KEYWORD, "kind": KEYWORD, "passage": INTEGER, "passages": INTEGER, ROOT_KEY: KEYWORD}
 
@@ -53,7 +58,30 @@ def id_spellings(document_id: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((nfc, document_id, nfd)))
 
 
+def id_problem(document_id: object) -> str | None:
+    """Why ``document_id`` cannot be a new document's id, or None where it can. An id is a non-blank string of
+    Unicode text: no NUL character (the point keys put NUL between a document's id and its passage's number, so an id
+    without NUL can never spell another document's key, ``point_id``) and no lone surrogate (an id is stored as
+    UTF-8). Other characters, control characters included, are a file name's own and stay."""
+    if not isinstance(document_id, str):
+        return f"a document id is a string, got {type(document_id).__name__}"
+    if not document_id.strip():
+        return f"a document id cannot be {'empty' if not document_id else 'blank (only whitespace)'}"
+    if "\x00" in document_id:
+        return (f"the document id {document_id!r} holds a NUL character, which recemb's point keys reserve (it "
+                "separates a document's id from its passages' numbers)")
+    try:
+        document_id.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"the document id {document_id!r} holds a lone surrogate ({document_id[e.start]!r} at {e.start}), "
+                "which is not Unicode text and cannot be stored")
+    return None
+
+
 def point_id(document_id: str, passage: int | None = None) -> str:
+    """A point's id: uuid5 of its document's id, and of "<id> NUL passage NUL <n>" for passage n. Unambiguous for
+    every id that ``id_problem`` accepts (no NUL): a document's key holds no NUL, a passage's exactly two, the id
+    before the first."""
     key = document_id if passage is None else f"{document_id}\x00passage\x00{passage}"
     return str(uuid.uuid5(ID_NAMESPACE, key))
 
@@ -221,18 +249,34 @@ def scope_root(scope: str | None) -> str:
 
 
 def owned_ids(seen: Mapping[str, str | None], root: str, from_files: Collection[str] = ()) -> set[str]:
-    """The stored document ids that belong to ``root``: those its sync wrote, and unstamped ones (a recemb that did
-    not record roots) that the old id rule gives it: under the root, and not under a longer root another sync
-    recorded. The framework owner (``FRAMEWORK_ROOT``) also has the unprefixed root's and unstamped documents that
-    no folder sync wrote (``from_files``: the ids whose metadata records the file they were read from): what the
-    framework stores wrote before they had an owner of their own."""
-    if root == FRAMEWORK_ROOT:
-        return {doc_id for doc_id, r in seen.items()
-                if r == FRAMEWORK_ROOT or (r in ("", None) and doc_id not in from_files)}
-    stamped = {r for r in seen.values() if r is not None and r != FRAMEWORK_ROOT}
+    """The stored document ids that belong to ``root``: what a sync of that root may overwrite, delete and count for
+    the mass-deletion guard, and what a framework's delete may delete. Nobody's guess: a point says who wrote it.
+
+    - A writer that is not a folder root (``FRAMEWORK_ROOT``, ``API_ROOT``) owns the documents stamped with it.
+    - A prefixed root ("wiki/") owns the documents stamped with it, written by a folder sync or a sync with that
+      ``scope``.
+    - The unprefixed folder root ``""`` owns the documents stamped ``""`` that record the file they were read from
+      (``from_files``: ``from_a_file``). An unprefixed document without a file was written by the Python API or a
+      framework's store before each had an owner of its own: no sync deletes it (``claimable_ids``).
+    - Unstamped documents (a recemb that did not record roots) go by the id rule: a folder root owns those under it
+      and not under a longer root another sync recorded, the unprefixed root only those read from a file."""
+    if root in WRITER_ROOTS:
+        return {doc_id for doc_id, r in seen.items() if r == root}
+    from_files = set(from_files)
+    stamped = {r for r in seen.values() if r is not None and r not in WRITER_ROOTS}
     longer = [r for r in stamped if len(r) > len(root) and r.startswith(root)]
     return {doc_id for doc_id, r in seen.items()
-            if r == root or (r is None and doc_id.startswith(root) and not any(map(doc_id.startswith, longer)))}
+            if (root or doc_id in from_files) and (
+                r == root or (r is None and doc_id.startswith(root) and not any(map(doc_id.startswith, longer))))}
+
+
+def claimable_ids(seen: Mapping[str, str | None], from_files: Collection[str] = ()) -> set[str]:
+    """Documents that no writer owns for deletion but any writer may take over by writing their id again: unprefixed
+    or unstamped and recording no file, that is written through the Python API or a framework's store before recemb
+    recorded those writers (nobody can tell which). Writing a document of that id is an explicit claim on it (it is
+    then stamped with the writer's root); a delete never is."""
+    from_files = set(from_files)
+    return {doc_id for doc_id, r in seen.items() if r in ("", None) and doc_id not in from_files}
 
 
 def owned_among(payloads: Mapping[str, Mapping[str, Any]], root: str) -> set[str]:
@@ -242,10 +286,15 @@ def owned_among(payloads: Mapping[str, Mapping[str, Any]], root: str) -> set[str
                      {d for d, p in payloads.items() if from_a_file(p.get("metadata"))})
 
 
+# What a folder sync recorded of a file before it recorded the file's path (recemb before #32).
+EARLIER_FILE_KEYS = ("file_name", "suffix", "bytes")
+
+
 def from_a_file(metadata: Any) -> bool:
     """Whether a document's stored metadata records the file a folder sync read it from (``sources.file_metadata``'s
-    ``path``)."""
-    return isinstance(metadata, Mapping) and isinstance(metadata.get("path"), str)
+    ``path``, or the file keys an earlier recemb recorded before the path)."""
+    return isinstance(metadata, Mapping) and (isinstance(metadata.get("path"), str)
+                                              or all(k in metadata for k in EARLIER_FILE_KEYS))
 
 
 def describe_root(root: str | None) -> str:
@@ -254,13 +303,16 @@ def describe_root(root: str | None) -> str:
         return "a root that recemb could not tell (written before roots were recorded)"
     if root == FRAMEWORK_ROOT:
         return "a framework's vector store (LangChain, LlamaIndex)"
-    return "the sync without an id prefix" if not root else f"the sync with id prefix {root.rstrip('/')!r}"
+    if root == API_ROOT:
+        return "the Python API (QdrantSync.sync without a scope)"
+    return ("the folder sync without an id prefix" if not root else
+            f"the sync with id prefix {root.rstrip('/')!r} (scope {root!r})")
 
 
 def foreign_id_message(owner: str | None, root: str) -> str:
     """Why a document whose id another root stored is not synced."""
-    way = ("Use another id for it, or give the framework's documents a collection of their own"
-           if FRAMEWORK_ROOT in (owner, root) else
+    way = ("Use another id for it, or give each writer's documents a collection of their own"
+           if owner in WRITER_ROOTS or root in WRITER_ROOTS else
            "Give each folder its own --id-prefix (scope=) so that their ids cannot meet")
     return (f"this id is stored by {describe_root(owner)} of this collection, not by {describe_root(root)}; its "
             f"stored version is kept. {way}")

@@ -21,10 +21,10 @@ from typing import Any
 
 from recemb_integrations.qdrant.calls import StoreCalls
 from recemb_integrations.qdrant.collection import index_writes, read_record
-from recemb_integrations.qdrant.documents import DocumentEntry, SyncReport
+from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import RebuildError
 from recemb_integrations.qdrant.plan import StoredDocuments, stale_ids
-from recemb_integrations.qdrant.points import FRAMEWORK_ROOT
+from recemb_integrations.qdrant.points import API_ROOT, FRAMEWORK_ROOT, WRITER_ROOTS, describe_root
 from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REBUILD_SUFFIX, CollectionRecord
 from recemb_integrations.qdrant.writes import CreateCollection, DropCollection, Optimize, UpdateRecord, Upsert
 from recemb_integrations.stores import Store, StoredPoint, as_store
@@ -85,38 +85,55 @@ def finish_interrupted_rebuild(calls: StoreCalls, collection: str, index_metadat
     return False  # the staged copy was never swapped in and the old collection is intact: a rebuild restages it
 
 
-def damaged_rebuild_refusal(collection: str) -> str:
+def damaged_rebuild_refusal(collection: str, allow: str = "allow_mass_delete=True") -> str:
     """Why a rebuild of a damaged collection needs ``allow_mass_delete``: what it holds cannot be counted, so the
-    mass-deletion guard cannot tell a mistyped path from a complete one."""
+    mass-deletion guard cannot tell a mistyped path from a complete one. ``allow``: how the caller says it (the
+    command: its flag)."""
     return (f"collection {collection!r} is damaged, so a rebuild cannot read what it holds: it would keep only the "
             "documents of these paths and drop everything else unread, and the guard against deleting most of a "
             "collection cannot count it. Nothing was written. If these paths are every folder the collection was "
-            "synced from, run the rebuild again with --allow-mass-delete (allow_mass_delete=True)")
+            f"synced from, run the rebuild again with {allow}")
 
 
-def rebuild_deletions(collection: str, stored: StoredDocuments, entries: list[DocumentEntry],
+def rebuild_deletions(collection: str, stored: StoredDocuments, root: str, entries: list[DocumentEntry],
                       left_out: list[DocumentEntry], failed: list[tuple[str, str]], keep_ids: Iterable[str],
                       allow_mass_delete: bool) -> list[str]:
-    """The stored documents a rebuild from ``entries`` drops (the mass-deletion guard applies, ``MassDeletionError``),
-    or a ``RebuildError`` where it would drop the stored version of a document that is empty now and left out, or a
-    document a framework's store wrote (no path names it)."""
-    framework = sorted(d for d, root in stored.seen.items() if root == FRAMEWORK_ROOT)
-    if framework:  # they have no source among the rebuild's: it would drop them
+    """The stored documents a rebuild from ``entries`` (the documents of ``root``: "" a folder's, ``API_ROOT`` the
+    Python API's) drops (the mass-deletion guard applies, ``MassDeletionError``), or a ``RebuildError`` where it
+    would drop the stored version of a document that is empty now and left out, or a document another writer owns
+    (a framework's store, the Python API, a folder: none of the rebuild's sources names it)."""
+    given = {e.id for e in entries} | {e.id for e in left_out} | {d for d, _ in failed} | set(keep_ids)
+    # Documents stamped by another writer (what no one can tell, written before writers were recorded, is left to
+    # the mass-deletion guard, as every document of an earlier recemb)
+    claimable = stored.claimable()
+    others: dict[str, list[str]] = {}  # the writer that owns them -> documents the rebuild would drop
+    for doc_id, owner in sorted(stored.seen.items()):
+        if doc_id not in given and doc_id not in claimable and owner in (*WRITER_ROOTS, "") and owner != root \
+                and doc_id in stored.documents:
+            others.setdefault(owner, []).append(doc_id)
+    if others:  # they have no source among the rebuild's: it would drop them
+        owner, dropped = next(iter(sorted(others.items(), key=lambda kv: -len(kv[1]))))
+        total = sum(map(len, others.values()))
+        whose = _written_by(owner)
         raise RebuildError(
-            f"{len(framework)} documents of collection {collection!r} ({framework[0]!r}"
-            f"{', ...' if len(framework) > 1 else ''}) were written through a framework's vector store (LangChain, "
-            "LlamaIndex), not from these paths, so a rebuild from them would drop those documents; the collection "
-            "was not touched. Give the folder a collection of its own, or delete them through the framework's "
-            "store first.", SyncReport())
+            f"{total} documents of collection {collection!r} ({dropped[0]!r}{', ...' if total > 1 else ''}) were "
+            f"written {whose}, not from these sources, so a rebuild from them would drop those documents; the "
+            f"collection was not touched. Give each writer a collection of its own, or delete them through their "
+            f"writer first.")
     emptied = [e.id for e in left_out if e.id in stored.documents]
     if emptied:  # the rebuilt collection would not hold them: their stored versions would be lost
         raise RebuildError(
             f"{len(emptied)} stored documents are empty now ({emptied[0]}) and skip_empty (--skip-empty) "
             f"leaves them out, so a rebuild would lose their stored versions; collection {collection!r} "
-            "was not touched. Rebuild without --skip-empty (they are stored empty), or remove the files.",
-            SyncReport())
+            "was not touched. Rebuild without --skip-empty (they are stored empty), or remove the files.")
     stale = stale_ids(collection, set(stored.seen), entries, failed, keep_ids, allow_mass_delete)
     return [d for d in stale if d in stored.documents]
+
+
+def _written_by(owner: str) -> str:
+    if owner in (FRAMEWORK_ROOT, API_ROOT):
+        return f"through {describe_root(owner)}"
+    return f"by {describe_root(owner)}"
 
 
 def mark_staged(calls: StoreCalls, collection: str, staged: CollectionRecord) -> CollectionRecord:

@@ -31,10 +31,13 @@ from recemb_integrations.qdrant.errors import (
 )
 from recemb_integrations.qdrant.plan import DELETE_BATCH, StoredDocuments, check_empty, plan_sync, sources_root
 from recemb_integrations.qdrant.points import (
+    API_ROOT,
     FRAMEWORK_ROOT,
     KIND_DOCUMENT,
     ROOT_KEY,
+    WRITER_ROOTS,
     describe_root,
+    from_a_file,
     id_spellings,
     match,
     model_fingerprint,
@@ -63,16 +66,32 @@ from recemb_integrations.qdrant.record import (
 from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, metadata_condition, search
 from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
-from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize, StampRoot
+from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import INTEGER, KEYWORD, Store, StoreDamagedError, as_store, filters
 
-__all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE"]
+__all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE", "not_owned_message"]
 
 STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
 RECOVERED = ("rebuilt from the documents given: the old collection could not be read, so what it held beyond them "
              "was dropped (it was damaged: ")
 FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
+
+
+def not_owned_message(collection: str, foreign: list[str], owner: str | None, metadata: Any) -> str:
+    """Why a framework's delete refuses documents another writer wrote, and the way on for each kind of writer."""
+    shown = ", ".join(repr(d) for d in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    if owner == "" and not from_a_file(metadata):  # claimable: written before its writer was recorded
+        whose = ("were written before recemb recorded who writes a document (by the Python API or a framework's "
+                 "store of an earlier recemb), so no framework's delete takes them")
+        way = ("Add them again through this store to make them its own, or delete them with "
+               "QdrantSync.delete_documents")
+    else:
+        whose = f"were not written through a framework's store: {describe_root(owner)} of collection {collection!r} " \
+                "keeps them, and a framework's delete never touches them"
+        way = ("Remove the file and sync its folder" if owner not in WRITER_ROOTS else
+               "Delete them through their writer") + ", or delete them with QdrantSync.delete_documents"
+    return f"{len(foreign)} of the documents named ({shown}) {whose}; nothing was deleted. {way}."
 
 
 class QdrantSync:
@@ -341,10 +360,10 @@ class QdrantSync:
                 raise ValueError("these documents were found by folder_sources (a folder's root); a framework's "
                                  "store cannot take them over; nothing was written")
             root = FRAMEWORK_ROOT
-        if rebuild and root:
+        if rebuild and root not in ("", API_ROOT):
             raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
                              "(found with an id prefix); rebuild from sources without one; nothing was written")
-        if root and root != FRAMEWORK_ROOT:
+        if root not in ("", *WRITER_ROOTS):
             bad += [(e.id, f"id is outside this sync's scope {root!r}") for e in entries if not e.id.startswith(root)]
             entries = [e for e in entries if e.id.startswith(root)]
         if delete_missing and bad and not entries:
@@ -358,7 +377,7 @@ class QdrantSync:
             if rebuild:  # ... by the rebuild that was asked for: bring it up to date
                 rebuild = False
         if rebuild:
-            return self._rebuild(entries, bad, stored, start=start, **options)
+            return self._rebuild(entries, bad, stored, root, start=start, **options)
         return self._sync_entries(entries, bad, root, delete_missing, stored, start=start, **options)
 
     def _sync_entries(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], root: str,
@@ -400,29 +419,31 @@ class QdrantSync:
         return report
 
     def _rebuild(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], stored: StoredDocuments | None,
-                 start: float, show_progress_bar: bool | None, on_document: Callable[[str, str], None] | None,
-                 keep_ids: Iterable[str], allow_mass_delete: bool, skip_empty: bool,
-                 executor: Executor | None) -> SyncReport:
+                 root: str, start: float, show_progress_bar: bool | None,
+                 on_document: Callable[[str, str], None] | None, keep_ids: Iterable[str], allow_mass_delete: bool,
+                 skip_empty: bool, executor: Executor | None) -> SyncReport:
         """Rebuild the collection from ``entries`` with this instance's settings (``rebuild``'s module docstring):
-        the staging collection is synced from the same first pass, and its record is the one its sync made."""
+        the staging collection is synced from the same first pass, and its record is the one its sync made.
+        ``root``: the entries' owner ("" a folder's, ``API_ROOT`` the Python API's), kept by the rebuilt documents."""
         damage = None  # why the collection cannot be read, where it is damaged: rebuilt from ``entries`` alone
         try:
             live = self.record or read_record(self.store, self.collection, self.calls)
         except StoreDamagedError as e:
-            live, damage = None, str(e)
+            live, damage = None, e.damage
         if live is not None:  # (a collection not made by recemb is refused by read_record)
             settings = decide_settings(live, self.requested, rebuild=True)
             try:
                 stored = stored if stored is not None else self.scan()
             except StoreDamagedError as e:
-                stored, damage = None, str(e)
+                stored, damage = None, e.damage
         else:
             settings = decide_settings(None, self.requested)
         if damage is not None and not allow_mass_delete:
-            raise MassDeletionError(damaged_rebuild_refusal(self.collection))
+            raise MassDeletionError(damaged_rebuild_refusal(self.collection), self.collection, damaged=True)
         if stored is not None:
             kept, left_out, _ = check_empty(entries, skip_empty)
-            stale = rebuild_deletions(self.collection, stored, kept, left_out, bad, keep_ids, allow_mass_delete)
+            stale = rebuild_deletions(self.collection, stored, root, kept, left_out, bad, keep_ids,
+                                      allow_mass_delete)
         else:
             stale = []
         staging = staging_name(self.collection)
@@ -434,13 +455,13 @@ class QdrantSync:
         options = dict(show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=(),
                        allow_mass_delete=True, skip_empty=skip_empty, executor=executor)
         try:
-            report = builder._sync_entries(entries, bad, "", True, None, start=start, **options)
+            report = builder._sync_entries(entries, bad, root, True, None, start=start, **options)
         except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
             # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
             read_record(self.store, staging, self.calls)
             self.calls.apply(staging, DropCollection())
             builder.forget_checks()
-            report = builder._sync_entries(entries, bad, "", True, None, start=start, **options)
+            report = builder._sync_entries(entries, bad, root, True, None, start=start, **options)
         unreadable = sorted(set(keep_ids))
         if report.failed or unreadable:
             failed = report.failed + [(d, "could not be read") for d in unreadable]
@@ -528,12 +549,14 @@ class QdrantSync:
                          keep_foreign: bool = False) -> int:
         """Delete these documents and all their passages, whichever root wrote them; returns how many of them the
         collection held (and, with ``framework``, deleted). An empty list deletes nothing; None or a single string
-        is a TypeError (never "all").
+        is a TypeError (never "all"). This is the maintainer's delete by id: it answers to no owner, so a writer's
+        own deletes go through ``sync`` (what is gone from its documents) or, for a framework's store, ``framework``.
 
-        ``framework``: the delete of a framework's store: only the framework owner's documents may be named (those
-        it wrote, and unprefixed ones without a file that it wrote before it had an owner); naming another root's
-        (a folder's) is a ``NotOwnedError`` before anything is deleted, or with ``keep_foreign`` leaves those
-        alone (LlamaIndex's delete of a source document's nodes)."""
+        ``framework``: the delete of a framework's store: only the framework owner's documents (``points.
+        FRAMEWORK_ROOT``, stamped on everything a framework store writes) may be named; naming another writer's (a
+        folder's, the Python API's, or one written before recemb recorded its writer) is a ``NotOwnedError`` before
+        anything is deleted, or with ``keep_foreign`` leaves those alone (LlamaIndex's delete of a source document's
+        nodes)."""
         ids = check_document_ids(document_ids, "delete_documents")
         if not ids or not self.calls(self.store.collection_exists, self.collection):
             return 0
@@ -545,15 +568,9 @@ class QdrantSync:
             if foreign and keep_foreign:
                 ids, held = [d for d in ids if d in mine or d not in held], {d: held[d] for d in mine}
             elif foreign:
-                shown = ", ".join(repr(d) for d in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-                raise NotOwnedError(
-                    f"{len(foreign)} of the documents named ({shown}) were not written through a framework's store: "
-                    f"{describe_root(owners[foreign[0]])} of collection {self.collection!r} keeps them, and a "
-                    "framework's delete never touches them; nothing was deleted. Remove the file and sync its "
-                    "folder, or delete it with QdrantSync.delete_documents.", foreign, [owners[d] for d in foreign])
-            earlier = sorted(held[d]["document_id"] for d in mine if owners[d] != FRAMEWORK_ROOT)  # before owners
-            for i in range(0, len(earlier), DELETE_BATCH):
-                self.calls.apply(self.collection, StampRoot(tuple(earlier[i:i + DELETE_BATCH]), FRAMEWORK_ROOT))
+                raise NotOwnedError(not_owned_message(self.collection, foreign, owners[foreign[0]],
+                                                      held[foreign[0]].get("metadata")),
+                                    foreign, [owners[d] for d in foreign])
         # the stored spelling of each, and the id as given (passages of a document whose own point is gone)
         named = list(dict.fromkeys([*ids, *(p["document_id"] for p in held.values())]))
         for i in range(0, len(named), DELETE_BATCH):

@@ -63,7 +63,11 @@ class StoreFullError(StoreError):
 
 class StoreDamagedError(StoreError):
     """An embedded store's files are damaged (corrupt, truncated or missing): the message names the file and the way
-    to recover."""
+    to recover; ``damage`` is what is damaged alone (for a report made after that way was taken)."""
+
+    def __init__(self, message: str, damage: str | None = None):
+        super().__init__(message)
+        self.damage = damage or message
 
 
 @dataclass

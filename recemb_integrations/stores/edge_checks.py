@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from recemb_integrations.stores import DENSE_VECTOR, StoreDamagedError, StoreError, StoreFullError
+from recemb_integrations.stores import DENSE_VECTOR, StoreError, StoreFullError
 
 __all__ = ["INDEX_SPACE_PER_POINT", "OPTIMIZE_SPACE_FACTOR", "RECOVER", "SPACE_FLOOR", "UNIT_TOLERANCE",
            "VECTOR_SAMPLE", "WRITE_SPACE_FACTOR", "engine_error", "ensure_space", "file_usage", "free_space",
@@ -61,7 +61,7 @@ def vector_damage(records, segments: Path) -> str | None:
 
 def engine_error(e: Exception, where: str, collection: str, done: str, damaged) -> StoreError | None:
     """The engine's report of a full disk, of files it may not write, or of damage, as a one-line store error
-    (``damaged(what)``: the damage message of this collection); None for any other error."""
+    (``damaged(what)``: the ``StoreDamagedError`` of this collection); None for any other error."""
     text = one_line(e)
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or any(
             s in text for s in ("No space left on device", "os error 28", "Not enough space available",
@@ -75,7 +75,7 @@ def engine_error(e: Exception, where: str, collection: str, done: str, damaged) 
                           "store to a folder you can write and give that folder (--qdrant-path)")
     if type(e) is Exception and text.startswith(("Service runtime error", "Inconsistent storage")):
         detail = text.replace("Service runtime error: ", "")
-        return StoreDamagedError(damaged(f"Qdrant Edge cannot read it ({detail})"))
+        return damaged(f"Qdrant Edge cannot read it ({detail})")
     return None
 
 

@@ -288,19 +288,19 @@ class EdgeCollections(Store):
             sample, _ = shard.scroll(E.ScrollRequest(limit=VECTOR_SAMPLE, with_payload=False,
                                                      with_vector=[DENSE_VECTOR]))
         if (what := opened_damage(count, record.get("points"), with_dense, self._segments(collection))) is not None:
-            raise StoreDamagedError(self._damaged(collection, what))
+            raise self._damaged(collection, what)
         self._check_vectors(collection, sample)
 
     def _check_vectors(self, collection: str, records) -> None:
         if (what := vector_damage(records, self._segments(collection))) is not None:
-            raise StoreDamagedError(self._damaged(collection, what))
+            raise self._damaged(collection, what)
 
     def _segments(self, collection: str) -> Path:
         return (self._folder(collection) / "shard" / "segments").absolute()
 
-    def _damaged(self, collection: str, what: str) -> str:
-        return (f"collection {collection!r} of the embedded store at {self._where} is damaged: {what}; "
-                + RECOVER.format(folder=self._folder(collection).absolute()))
+    def _damaged(self, collection: str, what: str) -> StoreDamagedError:
+        damage = f"collection {collection!r} of the embedded store at {self._where} is damaged: {what}"
+        return StoreDamagedError(f"{damage}; " + RECOVER.format(folder=self._folder(collection).absolute()), damage)
 
     def _close_shard(self, collection: str) -> None:
         shard = self._shards.pop(collection, None)
@@ -344,8 +344,7 @@ class EdgeCollections(Store):
         except BaseException as e:  # a Rust panic (pyo3's PanicException is a BaseException): damage it tripped on
             if type(e).__name__ != "PanicException":
                 raise
-            raise StoreDamagedError(self._damaged(collection, f"Qdrant Edge failed on its files ({one_line(e)})")) \
-                from e
+            raise self._damaged(collection, f"Qdrant Edge failed on its files ({one_line(e)})") from e
 
     def _engine_error(self, e: Exception, collection: str, done: str) -> StoreError | None:
         return engine_error(e, self._where, collection, done, lambda what: self._damaged(collection, what))

@@ -48,8 +48,8 @@ def read_record(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError) as e:
-        raise StoreDamagedError(f"{path.absolute()} is damaged ({one_line(e)}); "
-                                + RECOVER.format(folder=path.parent.absolute())) from None
+        damage = f"{path.absolute()} is damaged ({one_line(e)})"
+        raise StoreDamagedError(f"{damage}; " + RECOVER.format(folder=path.parent.absolute()), damage) from None
     return record
 
 

@@ -97,3 +97,16 @@ def spy_on_tokenizer(monkeypatch, emb) -> list[int]:
 
     monkeypatch.setattr(type(inner), "__call__", spy)
     return widest
+
+
+def as_an_earlier_recemb_wrote_it(store, collection: str = "c") -> None:
+    """Make a collection's points look as a recemb that did not record who wrote them left them: no root."""
+    from recemb_integrations.stores import filters
+
+    store.set_payload(collection, {"root": None}, filter=filters.Filter(must=(
+        filters.FieldCondition(key="kind", match=filters.MatchAny(any=("document", "passage"))),)))
+
+
+def earlier_file_metadata(path: Path) -> dict:
+    """The metadata a folder sync recorded of a file before it recorded its path."""
+    return {"file_name": path.name, "suffix": path.suffix, "bytes": path.stat().st_size}

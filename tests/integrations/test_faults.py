@@ -35,6 +35,8 @@ from recemb_integrations.qdrant import (  # noqa: E402
 from recemb_integrations.qdrant import point_id as sync_point_id  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import (  # noqa: E402
+    as_an_earlier_recemb_wrote_it,
+    earlier_file_metadata,
     make_corpus,
     point_count,
     run,
@@ -764,7 +766,9 @@ def test_absolute_ids_of_an_earlier_recemb_are_explained_and_rebuilt(tmp_path, o
     files = sorted(corpus.iterdir())
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     with open_store(path=tmp_path / "store", kind=opts[opts.index("--store") + 1]) as store:  # as recemb 0.2 wrote it
-        QdrantSync(store, "c", emb).sync([Document(str(f.resolve()), f.read_text()) for f in files])
+        QdrantSync(store, "c", emb).sync([Document(str(f.resolve()), f.read_text(), earlier_file_metadata(f))
+                                          for f in files])
+        as_an_earlier_recemb_wrote_it(store)
     code, _, err = run(capsys, ["sync", str(corpus), *opts])
     assert code == 2 and "absolute paths" in err and "--rebuild" in err and "Nothing was written" in err
     assert stored_ids(tmp_path / "store") == sorted(str(f.resolve()) for f in files)  # (and no model was loaded)
@@ -775,7 +779,9 @@ def test_rebuild_moves_absolute_ids_to_relative_and_a_moved_folder_keeps_them(tm
     files = sorted(corpus.iterdir())
     emb = Embedder.from_pretrained(tiny_folder, device="cpu")
     with open_store(path=tmp_path / "store", kind=opts[opts.index("--store") + 1]) as store:
-        QdrantSync(store, "c", emb).sync([Document(str(f.resolve()), f.read_text()) for f in files])
+        QdrantSync(store, "c", emb).sync([Document(str(f.resolve()), f.read_text(), earlier_file_metadata(f))
+                                          for f in files])
+        as_an_earlier_recemb_wrote_it(store)
     code, report, err = run(capsys, ["sync", str(corpus), "--rebuild", *opts])
     assert code == 0 and report["added"] == 6 and report["deleted"] == 6, err
     assert stored_ids(tmp_path / "store") == [f.name for f in files]

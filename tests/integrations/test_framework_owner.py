@@ -17,9 +17,9 @@ from recemb_integrations.qdrant import (  # noqa: E402
     QdrantSync,
     content_hash,
 )
-from recemb_integrations.qdrant.points import FRAMEWORK_ROOT, owned_ids  # noqa: E402
+from recemb_integrations.qdrant.points import API_ROOT, FRAMEWORK_ROOT, claimable_ids, owned_ids  # noqa: E402
 from recemb_integrations.sources import folder_sources  # noqa: E402
-from recemb_integrations.stores import open_store  # noqa: E402
+from recemb_integrations.stores import filters, open_store  # noqa: E402
 from tests.integrations.cli_cases import run, write  # noqa: E402
 
 FILES = {"a.txt": "the harbour keeps its boats in winter", "b.txt": "tides follow the moon and the sun",
@@ -46,40 +46,72 @@ def folder(tmp_path, files=FILES):
     return root
 
 
-def test_the_framework_owner_is_apart_from_every_folder_root():
-    seen = {"a.md": "", "w/x.md": "w/", "f1": FRAMEWORK_ROOT, "framework/y": FRAMEWORK_ROOT, "old": None,
-            "legacy-note": "", "frameworkz": None}
-    assert owned_ids(seen, "") == {"a.md", "old", "legacy-note", "frameworkz"}
-    assert owned_ids(seen, "w/") == {"w/x.md"}
+def test_each_writer_owns_what_it_wrote_and_nobody_guesses():
+    seen = {"a.md": "", "w/x.md": "w/", "f1": FRAMEWORK_ROOT, "framework/y": FRAMEWORK_ROOT, "api-1": API_ROOT,
+            "old": None, "legacy-note": "", "frameworkz": None}
+    files = {"a.md", "old"}
+    # The unprefixed folder root: its files, stamped or not (an earlier recemb's); never a document that records no
+    # file without its stamp (the API's or a framework's, written before they had owners of their own).
+    assert owned_ids(seen, "", from_files=files) == {"a.md", "old"}
+    assert owned_ids(seen, "w/", from_files=files) == {"w/x.md"}
     assert owned_ids(seen, "framework/") == set()  # a folder prefixed "framework" is a folder root like any other
-    # The framework's own, and what it wrote before it had an owner (unprefixed or unstamped, not from a file).
-    assert owned_ids(seen, FRAMEWORK_ROOT, from_files={"a.md", "old"}) == {"f1", "framework/y", "legacy-note",
-                                                                           "frameworkz"}
+    assert owned_ids(seen, FRAMEWORK_ROOT, from_files=files) == {"f1", "framework/y"}
+    assert owned_ids(seen, API_ROOT, from_files=files) == {"api-1"}
+    # what no writer deletes, and any takes over by writing it
+    assert claimable_ids(seen, from_files=files) == {"legacy-note", "frameworkz"}
 
 
-def test_an_api_sync_never_deletes_or_overwrites_framework_documents(tmp_path, tiny_embedder, store_kind):
+def test_the_api_the_folders_and_the_framework_never_reach_each_other(tmp_path, tiny_folder, tiny_embedder,
+                                                                      store_kind):
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("llama_index.core")
+    from langchain_core.documents import Document as LCDocument
+
+    from recemb_integrations.langchain import RecembVectorStore as LCStore
+    from recemb_integrations.llama_index import RecEmbEmbedding
+    from recemb_integrations.llama_index import RecembVectorStore as LIStore
+    from tests.integrations.test_langchain_store import tiny_embeddings
+
     store_path, docs = tmp_path / "store", folder(tmp_path)
     with FrameworkCollection("c", lambda: tiny_embedder, path=store_path, store_kind=store_kind) as framework:
         framework.add([Document(i, t) for i, t in ADDED.items() if i != "a.txt"])
     with open_store(path=store_path, kind=store_kind) as store:
         sync = QdrantSync(store, "c", tiny_embedder)
-        # The unprefixed root through the API: the framework's two documents are neither deleted nor counted
-        assert sync.sync([Document("x", "a document of the API's own")]).deleted == 0
-        with pytest.raises(MassDeletionError, match="delete 1 of the 1 documents it manages"):
-            sync.sync(folder_sources([str(docs)]).sources)
-        # even with the guard off, a folder's sync deletes only its own root's
-        report = sync.sync(folder_sources([str(docs)]).sources, allow_mass_delete=True)
-        assert report.added == 3 and report.deleted == 1
+        # The Python API's own owner: the framework's two documents are neither deleted nor counted
+        assert sync.sync([Document("api-1", "a document of the API's own")]).deleted == 0
+        # a folder's sync neither counts nor deletes the API's document
+        report = sync.sync(folder_sources([str(docs)]).sources)
+        assert report.added == 3 and report.deleted == 0
         found = folder_sources([str(docs)], id_prefix="docs")
         assert QdrantSync(store, "c", tiny_embedder).sync(found.sources, scope=found.scope).added == 3
-        # A framework's document of a folder's id fails, and the folder's version is kept.
-        with pytest.raises(AddError, match="a.txt: this id is stored by the sync without an id prefix"):
+        # The API's next sync manages its own documents alone: its one document would go (the guard), and with the
+        # guard off exactly that one goes
+        with pytest.raises(MassDeletionError, match="delete 1 of the 1 documents it manages.*allow_mass_delete=True"):
+            sync.sync([Document("api-2", "another")])
+        assert sync.sync([Document("api-1", "a document of the API's own"), Document("api-2", "another")]).added == 1
+        # A framework's document of a folder's id fails, and the folder's version is kept; so does one of the API's.
+        with pytest.raises(AddError, match="a.txt: this id is stored by the folder sync without an id prefix"):
             FrameworkCollection("c", lambda: tiny_embedder, client=store).add([Document("a.txt", ADDED["a.txt"])])
+        with pytest.raises(AddError, match="api-1: this id is stored by the Python API"):
+            FrameworkCollection("c", lambda: tiny_embedder, client=store).add([Document("api-1", "taken?")])
+        # and the API's sync of a framework's id or a folder's id fails the same way
+        report = sync.sync([Document("api-1", "a document of the API's own"), Document("api-2", "another"),
+                            Document("bread", "the API's bread"), Document("b.txt", "the API's b")])
+        assert sorted(d for d, _ in report.failed) == ["b.txt", "bread"] and report.deleted == 0
+    # LangChain's delete and LlamaIndex's clear never reach the API's documents
+    with LCStore(tiny_embeddings(tiny_folder), "c", path=store_path, store_kind=store_kind) as lc:
+        with pytest.raises(NotOwnedError, match="the Python API"):
+            lc.delete(["api-1"])
+        lc.add_documents([LCDocument("a framework note", id="lc-1")])
+    model = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    with LIStore("c", path=store_path, store_kind=store_kind, embed_model=model) as li:
+        li.clear()
     documents = held(store_path, store_kind)
     assert {i: r for i, (_, r) in documents.items()} == {
-        "notes/owl": FRAMEWORK_ROOT, "bread": FRAMEWORK_ROOT, "a.txt": "", "b.txt": "", "c.txt": "",
+        "a.txt": "", "b.txt": "", "c.txt": "", "api-1": API_ROOT, "api-2": API_ROOT,
         "docs/a.txt": "docs/", "docs/b.txt": "docs/", "docs/c.txt": "docs/"}
     assert documents["a.txt"][0] == content_hash(FILES["a.txt"])
+    assert documents["api-1"][0] == content_hash("a document of the API's own")
 
 
 def test_the_command_never_deletes_framework_documents(tmp_path, tiny_folder, tiny_embedder, capsys, store_kind):
@@ -134,30 +166,38 @@ def test_a_framework_delete_never_touches_a_folders_documents(tmp_path, tiny_fol
         assert held(store_path, store_kind, opened=store.client) == folder_docs  # the folder's, as they were
 
 
-def test_framework_documents_written_before_they_had_an_owner_are_taken_over(tmp_path, tiny_folder, tiny_embedder,
-                                                                            capsys, store_kind):
-    """A collection a framework store wrote before owners were recorded holds its documents under the unprefixed
-    root: the framework store still updates and deletes them (and stamps them its own); a folder's documents (they
-    record their file) it never takes."""
+def test_documents_written_before_their_writer_was_recorded_are_taken_over_by_writing_only(
+        tmp_path, tiny_folder, tiny_embedder, capsys, store_kind):
+    """A collection an earlier recemb wrote through a framework store or the Python API holds those documents under
+    the unprefixed root, with no file: nobody can tell which writer it was, so no delete takes them (a framework's
+    delete refuses them by name, a folder's sync neither counts nor deletes them), and the writer that writes one
+    again makes it its own."""
     store_path, docs = tmp_path / "store", folder(tmp_path, {"f.txt": "a folder's file"})
     opts = ["--model", str(tiny_folder), "--qdrant-path", str(store_path), "--collection", "c", "--store", store_kind]
     assert run(capsys, ["sync", str(docs), *opts])[0] == 0
-    with open_store(path=store_path, kind=store_kind) as store:  # what the framework stores wrote until now
+    with open_store(path=store_path, kind=store_kind) as store:  # what the framework stores and the API wrote
         QdrantSync(store, "c", tiny_embedder).sync([Document(i, t) for i, t in ADDED.items() if i != "a.txt"]
                                                    + [Document("gull", "gulls follow the boats")], delete_missing=False)
+        store.set_payload("c", {"root": ""}, filter=filters.Filter(must=(filters.FieldCondition(
+            key="document_id", match=filters.MatchAny(any=("bread", "notes/owl", "gull"))),)))
     assert {i: r for i, (_, r) in held(store_path, store_kind).items()} == {"f.txt": "", "bread": "",
                                                                            "notes/owl": "", "gull": ""}
     with FrameworkCollection("c", lambda: tiny_embedder, path=store_path, store_kind=store_kind) as framework:
-        assert framework.document_ids(owned=True) == ["bread", "gull", "notes/owl"]
-        assert framework.delete(["gull"]) == 1  # deleted as it was, with its passages
-        assert "gull" not in held(store_path, store_kind, opened=framework.store)
+        assert framework.document_ids(owned=True) == []
+        with pytest.raises(NotOwnedError, match="written before recemb recorded who writes.*Add them again"):
+            framework.delete(["gull"])
         report = framework.add([Document("bread", ADDED["bread"]), Document("notes/owl", "owls changed")])
         assert report.unchanged == 1 and report.updated == 1
         assert {i: r for i, (_, r) in held(store_path, store_kind, opened=framework.store).items()} == {
-            "f.txt": "", "bread": FRAMEWORK_ROOT, "notes/owl": FRAMEWORK_ROOT}
+            "f.txt": "", "bread": FRAMEWORK_ROOT, "notes/owl": FRAMEWORK_ROOT, "gull": ""}
         with pytest.raises(NotOwnedError):
             framework.delete(["f.txt"])
         assert framework.delete(["bread", "notes/owl"]) == 2
-    assert sorted(held(store_path, store_kind)) == ["f.txt"]
-    code, report, _ = run(capsys, ["sync", str(docs), *opts])  # the folder's own, as before
-    assert code == 0 and report["unchanged"] == 1
+    (docs / "g.txt").write_text("another file")
+    code, report, _ = run(capsys, ["sync", str(docs), *opts])  # the folder's own, as before; "gull" is not its
+    assert code == 0 and report["unchanged"] == 1 and report["added"] == 1 and report["deleted"] == 0
+    with open_store(path=store_path, kind=store_kind) as store:  # the API writes it again: its own from now on
+        report = QdrantSync(store, "c", tiny_embedder).sync([Document("gull", "gulls follow the boats")])
+        assert report.unchanged == 1 and report.deleted == 0
+    assert {i: r for i, (_, r) in held(store_path, store_kind).items()} == {"f.txt": "", "g.txt": "",
+                                                                           "gull": API_ROOT}

@@ -88,7 +88,7 @@ def test_an_id_that_another_root_stored_is_refused_not_overwritten(tmp_path, opt
     assert run(capsys, ["sync", str(g), *opts])[0] == 0
     code, report, err = run(capsys, ["sync", str(m), "--id-prefix", "a", *opts])
     assert code == 1 and report["added"] == 1 and [f[0] for f in report["failed"]] == ["a/same.md"], err
-    assert "stored by the sync without an id prefix" in report["failed"][0][1]
+    assert "stored by the folder sync without an id prefix" in report["failed"][0][1]
     assert_store_is(store, {"a/same.md": "the unprefixed root's text", "a/other.md": "more of the prefixed root"})
     # and the other way round: the unprefixed root cannot take the prefixed root's id
     write(g / "a" / "other.md", "the unprefixed root claims it")

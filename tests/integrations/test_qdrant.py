@@ -221,7 +221,7 @@ def test_bad_documents_fail_alone_and_lose_nothing(store, embedder):
     report = sync.sync([DOCS[0], ("b.txt", None), ("", "no id"), DOCS[2], DOCS[2], ("e.txt", "", None), 42])
     failed = dict(report.failed)
     assert "b.txt" in failed and "expected str" in failed["b.txt"]
-    assert any("non-empty strings" in e for e in failed.values())
+    assert any("a document id cannot be empty" in e for e in failed.values())
     assert any("duplicate document id" in e for e in failed.values())
     assert any("expected Document" in e for e in failed.values())
     assert report.added == 1  # the empty document "e.txt" is valid

@@ -24,9 +24,10 @@ from recemb_integrations.qdrant.documents import read_entries  # noqa: E402
 from recemb_integrations.qdrant.errors import InvalidSetting  # noqa: E402
 from recemb_integrations.qdrant.plan import (  # noqa: E402
     StoredDocuments,
+    incomplete_passages,
     plan_sync,
 )
-from recemb_integrations.qdrant.points import point_id  # noqa: E402
+from recemb_integrations.qdrant.points import API_ROOT, FRAMEWORK_ROOT, point_id  # noqa: E402
 from recemb_integrations.qdrant.record import NO_PASSAGES, ModelFacts, decide_settings  # noqa: E402
 from recemb_integrations.qdrant.writes import (  # noqa: E402
     DeleteDocuments,
@@ -156,29 +157,72 @@ def entries_of(docs):
     return entries
 
 
+def from_files(docs):
+    """The documents as a folder sync gives them: their metadata records the file."""
+    return [Document(d.id, d.text, {**d.metadata, "path": f"/docs/{d.id}"}) for d in docs]
+
+
 def test_the_plan_sorts_documents_by_what_the_collection_holds():
-    docs = entries_of(DOCS[:4])
+    docs = entries_of(from_files(DOCS[:4]))
     stored = StoredDocuments(
-        documents={"d0.txt": (content_hash(DOCS[0].text), {"n": 0}),   # unchanged
-                   "d1.txt": (content_hash(DOCS[1].text), {"n": -1}),  # metadata changed
-                   "d2.txt": ("old hash", {"n": 2}),                   # text changed
-                   "gone.txt": ("x", {})},                             # not among the documents
+        documents={"d0.txt": (content_hash(DOCS[0].text), {"n": 0, "path": "/docs/d0.txt"}),   # unchanged
+                   "d1.txt": (content_hash(DOCS[1].text), {"n": -1, "path": "/docs/d1.txt"}),  # metadata changed
+                   "d2.txt": ("old hash", {"n": 2, "path": "/docs/d2.txt"}),                   # text changed
+                   "gone.txt": ("x", {"path": "/docs/gone.txt"})},                             # not given
         seen={"d0.txt": "", "d1.txt": None, "d2.txt": "", "gone.txt": "", "other/x.txt": "other/"})
     plan = plan_sync("c", docs, [], [], stored, "", True, (), False)
     assert [(e.id, action) for e, action in plan.to_embed] == [("d2.txt", "updated"), ("d3.txt", "added")]
     assert plan.metadata_updated == 1 and plan.unchanged == 1
     # every other change as data: the metadata rewritten and the root stamped (written before points recorded
     # their root) before the embedding, what is gone deleted after it; another root's "other/x.txt" is not this sync's
-    assert plan.before == (SetMetadata("d1.txt", {"n": 1}), StampRoot(("d1.txt",), ""))
+    assert plan.before == (SetMetadata("d1.txt", {"n": 1, "path": "/docs/d1.txt"}), StampRoot(("d1.txt",), ""))
     assert plan.after == (DeleteDocuments(("gone.txt",), ""),) and plan.deleted == 1
 
 
 def test_the_plan_refuses_to_delete_most_of_a_collection():
-    stored = StoredDocuments({f"old{i}": ("h", {}) for i in range(10)}, {f"old{i}": "" for i in range(10)})
-    with pytest.raises(MassDeletionError, match="would delete 10 of the 10"):
-        plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), False)
-    deletes = plan_sync("c", entries_of(DOCS[:1]), [], [], stored, "", True, (), True).after
+    stored = StoredDocuments({f"old{i}": ("h", {"path": f"/docs/old{i}"}) for i in range(10)},
+                             {f"old{i}": "" for i in range(10)})
+    with pytest.raises(MassDeletionError, match="would delete 10 of the 10") as refused:
+        plan_sync("c", entries_of(from_files(DOCS[:1])), [], [], stored, "", True, (), False)
+    assert refused.value.deleting == tuple(sorted(stored.documents)) and refused.value.managed == 10
+    assert "allow_mass_delete=True" in str(refused.value) and "--" not in str(refused.value)  # the API's words
+    deletes = plan_sync("c", entries_of(from_files(DOCS[:1])), [], [], stored, "", True, (), True).after
     assert sorted(d for write in deletes for d in write.document_ids) == sorted(stored.documents)
+
+
+def test_the_plan_lets_each_writer_manage_its_own_and_take_over_only_by_writing():
+    """The Python API's sync manages its own documents; a "" document without a file (the API's or a framework's,
+    written before they had owners) is deleted by nobody and taken over by whoever writes its id."""
+    stored = StoredDocuments(
+        documents={"api-old": ("h1", {}), "legacy": (content_hash(DOCS[0].text), {"n": 0}),
+                   "f.txt": ("h2", {"path": "/docs/f.txt"}), "lc": ("h3", {})},
+        seen={"api-old": API_ROOT, "legacy": "", "f.txt": "", "lc": FRAMEWORK_ROOT})
+    legacy = Document("legacy", DOCS[0].text, {"n": 0})
+    plan = plan_sync("c", entries_of([legacy]), [], [], stored, API_ROOT, True, (), True)
+    assert plan.after == (DeleteDocuments(("api-old",), API_ROOT),)  # its own alone: not the folder's, not "lc"
+    assert plan.before == (StampRoot(("legacy",), API_ROOT),) and plan.unchanged == 1 and plan.failed == []
+    # the folder's sync neither deletes nor counts it (nor the API's, nor the framework's)
+    plan = plan_sync("c", entries_of(from_files([Document("f.txt", "x")])), [], [], stored, "", True, (), False)
+    assert plan.after == () and [e.id for e, _ in plan.to_embed] == ["f.txt"]
+    # another writer's id is refused by name, for each writer
+    for root, given, owner in ((API_ROOT, "lc", "a framework's vector store"), (FRAMEWORK_ROOT, "api-old",
+                                                                              "the Python API")):
+        plan = plan_sync("c", entries_of([Document(given, "text")]), [], [], stored, root, False, (), False)
+        assert plan.to_embed == [] and plan.failed[0][0] == given and owner in plan.failed[0][1]
+
+
+def test_a_document_whose_passages_are_not_all_there_is_re_embedded():
+    # what the scan counts: passages of the document's own version only (another version's do not count)
+    recorded = {"a": ("ha", 3), "b": ("hb", 2), "c": ("hc", 0), "old": ("ho", None)}
+    found = {("a", "ha"): 2, ("a", "stale"): 5, ("b", "hb"): 2, ("old", None): 1}
+    assert incomplete_passages(recorded, found) == {"a": (2, 3)}
+    docs = entries_of(DOCS[:2])
+    stored = StoredDocuments({d.id: (content_hash(d.text), d.metadata) for d in DOCS[:2]},
+                             {d.id: API_ROOT for d in DOCS[:2]}, incomplete={"d1.txt": (1, 4)})
+    plan = plan_sync("c", docs, [], [], stored, API_ROOT, True, (), False)
+    assert [(e.id, action) for e, action in plan.to_embed] == [("d1.txt", "updated")] and plan.unchanged == 1
+    assert plan.warnings == [("d1.txt", "3 of its 4 passages were missing from the collection (overwritten or "
+                                        "deleted by something other than its sync); re-embedded")]
 
 
 # ---------------------------------------------------------------------- the writes, as data
