@@ -45,7 +45,7 @@ def interrupted_exit(command: str) -> int:
 def error_exit(command: str, error: Exception) -> int | None:
     """A failure as one line on stderr and exit code 2; None for an error that is a bug (its traceback is wanted)."""
     if isinstance(error, CommandError):
-        print(f"recemb {command}: error: {escape_controls(str(error))}", file=sys.stderr)
+        print(f"recemb {command}: error: {escape_controls(_os_error(error))}", file=sys.stderr)
         return EXIT_ERROR
     from recemb_integrations.stores import StoreDamagedError, StoreFullError
 
@@ -67,9 +67,13 @@ def error_exit(command: str, error: Exception) -> int | None:
 
 
 def _os_error(error: BaseException) -> str:
-    """An OSError as 'PATH: permission denied' rather than "[Errno 13] Permission denied: 'PATH'"."""
+    """An OSError as 'PATH: permission denied' rather than "[Errno 13] Permission denied: 'PATH'"; any other error
+    by its message (an error raised with more than its message, such as a report, prints as a tuple: its message
+    alone)."""
     if isinstance(error, OSError) and error.strerror and error.filename is not None:
         return f"{os.fsdecode(error.filename)}: {error.strerror.lower()}"
+    if not isinstance(error, OSError) and len(error.args) > 1 and isinstance(error.args[0], str):
+        return error.args[0]
     return str(error)
 
 

@@ -297,6 +297,8 @@ def test_a_damaged_edge_store_is_one_line_naming_the_file_and_the_way_to_recover
     note = [ln for ln in err.splitlines() if ln.startswith("recemb sync: note:")]
     assert len(note) == 1 and "drops what it cannot read" in note[0], err  # said before anything was written
     assert any("could not be read" in why for _, why in report["warnings"]), report
+    # ... and says what was damaged, never again the advice to run the rebuild it has just done
+    assert not any("--rebuild" in why or "restore" in why for _, why in report["warnings"]), report
     assert_store_is(store, texts_under(corpus))
     assert run(capsys, ["search", "document number 3", *opts])[0] == 0
     code, report, err = run(capsys, ["sync", str(corpus), *opts])  # and it is whole: nothing left to do
@@ -315,8 +317,9 @@ def test_the_apis_rebuild_of_a_damaged_collection_needs_allow_mass_delete(tmp_pa
     sources = folder_sources([str(corpus)]).sources
     with open_store(path=store) as s:
         sync = QdrantSync(s, "c", tiny_embedder, passage_tokens=8, passages_above=8)
-        with pytest.raises(MassDeletionError, match="cannot count it. Nothing was written"):
+        with pytest.raises(MassDeletionError, match="cannot count it. Nothing was written") as refused:
             sync.sync(sources, rebuild=True)
+        assert "allow_mass_delete=True" in str(refused.value) and "--" not in str(refused.value)
         assert sorted(f.name for f in (store / "collections").iterdir()) == ["c"]  # no staging collection either
         report = sync.sync(sources, rebuild=True, allow_mass_delete=True)
         assert report.added == len(texts_under(corpus)) and any("could not be read" in w for _, w in report.warnings)

@@ -19,7 +19,7 @@ from recemb_integrations.langchain import RecembVectorStore  # noqa: E402
 from recemb_integrations.qdrant import Document, NothingReadableError, QdrantSync, content_hash  # noqa: E402
 from recemb_integrations.qdrant.points import id_problem, point_id  # noqa: E402
 from recemb_integrations.stores import StoredPoint, open_store  # noqa: E402
-from tests.integrations.cli_cases import run, write  # noqa: E402
+from tests.integrations.cli_cases import one_line_error, run, write  # noqa: E402
 from tests.integrations.test_langchain_store import tiny_embeddings  # noqa: E402
 
 LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(30))
@@ -208,3 +208,40 @@ def test_an_api_id_that_looks_like_an_absolute_path_does_not_block_a_folder(tmp_
         QdrantSync(store, "c", tiny_embedder).sync([Document("/srv/notes/today.md", "an API note")])
     code, report, err = run(capsys, ["sync", str(docs), *opts])
     assert code == 0 and report["added"] == 2 and report["deleted"] == 0 and "absolute" not in err, err
+
+
+# ---------------------------------------------------------------------- the command's refusals: one readable line
+REPRS = ("SyncReport(", "Error(", "(\"", "', SyncReport", "<recemb", "object at 0x", "allow_mass_delete=",
+         "delete_missing=", "scope=)")
+
+
+def test_every_refusal_of_the_command_is_one_readable_line_in_its_flags(tmp_path, tiny_folder, tiny_embedder,
+                                                                       capsys, store_kind):
+    store_path, docs = tmp_path / "store", folder_with_a_long_file(tmp_path)
+    write(docs / "third.txt", "tides follow the moon")
+    opts = ["--model", str(tiny_folder), "--qdrant-path", str(store_path), "--collection", "c", "--store", store_kind]
+    assert run(capsys, ["sync", str(docs), *opts])[0] == 0
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=store_path, store_kind=store_kind) as lc:
+        lc.add_documents([LCDocument("a framework's note", id="note")])
+    other = [*opts[:-4], "--collection", "d", "--store", store_kind]  # a folder's collection alone
+    assert run(capsys, ["sync", str(docs), *other])[0] == 0
+    (docs / "bad.txt").write_bytes(b"\xff\xfe not utf-8")
+    cases = [  # (argv, what the line must say)
+        (["sync", str(docs), "--rebuild", *opts], "were written through a framework's vector store"),
+        (["sync", str(docs), "--rebuild", *other], "was not replaced, so their current versions are kept"),
+        (["sync", str(tmp_path / "docs2"), *opts], "no such file or folder"),
+        (["sync", str(docs), "--no-passages", *opts], "drop --no-passages"),
+        (["search", "tides", "--collection", "nope", *opts[:4], "--store", store_kind], "does not exist"),
+    ]
+    for argv, says in cases:
+        code, _, err = run(capsys, argv, json_out=False)
+        line = one_line_error(err)
+        assert code == 2 and says in line and line.startswith(f"recemb {argv[0]}: error: "), (argv, line)
+        assert not any(r in line for r in REPRS), (argv, line)
+    (docs / "bad.txt").unlink()
+    for name in ("short.txt", "third.txt"):  # two of three: the guard, in the command's flags
+        (docs / name).unlink()
+    code, _, err = run(capsys, ["sync", str(docs), *opts], json_out=False)
+    line = one_line_error(err)
+    assert code == 2 and "would delete 2 of the 3 documents it manages" in line and "--allow-mass-delete" in line
+    assert "--keep-missing" in line and "--id-prefix" in line and not any(r in line for r in REPRS), line
