@@ -6,7 +6,8 @@ Runs the real `recemb sync` / `recemb search` commands with the bundled default 
 (distilled here from all-MiniLM-L6-v2; no download), hybrid (dense + BM25), with passages of the longer documents
 (the default): under each hit the search prints the original text that matched and its line. Then the same
 folder sync in Python (`folder_sources` + `QdrantSync`) into a second collection, which holds the same documents.
-Run it twice: the second run embeds nothing, because no document changed.
+Run it twice: the second run embeds nothing, because no document changed. The store is `.recemb-demo/store` in the
+repository (ignored by git; the last lines print the commands that look into it).
 """
 
 import argparse
@@ -21,7 +22,7 @@ from recemb_integrations.sources import FILE_METADATA_INDEXES, folder_sources
 from recemb_integrations.stores import open_store
 
 HERE = Path(__file__).resolve().parent
-WORK = HERE.parent / ".recemb-demo"  # ignored by git
+WORK = Path(os.environ.get("RECEMB_DEMO_DIR") or HERE.parent / ".recemb-demo")  # ignored by git
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", help="a recemb / Mamba2 model folder or Hugging Face id (default: recemb-mamba2-mini)")
 args = parser.parse_args()
@@ -62,4 +63,9 @@ with open_store(path=WORK / "store") as store:
     hits = sync.search("when are tides strongest?", limit=3)
 print("the same documents (ids and content hashes) as the command's collection:", same)
 print("search 'when are tides strongest?':", ", ".join(f"{h.document_id} {h.score:.4f}" for h in hits))
+# The store is a folder of the repository (ignored by git): name it to look at the collections yourself.
+where = os.path.relpath(WORK / "store")
+print(f"\nthe store: {where} (collections 'examples' and 'examples-python'); look at them with\n"
+      f"  recemb info --collection examples --qdrant-path {where}\n"
+      f"  recemb search \"how do lighthouses differ?\" --collection examples --qdrant-path {where}")
 sys.exit(code or (0 if same and not report.failed else 1))
