@@ -245,3 +245,20 @@ def test_every_refusal_of_the_command_is_one_readable_line_in_its_flags(tmp_path
     line = one_line_error(err)
     assert code == 2 and "would delete 2 of the 3 documents it manages" in line and "--allow-mass-delete" in line
     assert "--keep-missing" in line and "--id-prefix" in line and not any(r in line for r in REPRS), line
+
+
+def test_a_framework_store_repairs_its_own_incomplete_document_when_it_adds_it_again(tmp_path, tiny_folder,
+                                                                                     store_kind):
+    from recemb_integrations.stores import filters
+
+    with RecembVectorStore(tiny_embeddings(tiny_folder), "c", path=tmp_path / "store", store_kind=store_kind,
+                           passage_tokens=16, passage_overlap=4, passages_above=32) as lc:
+        docs = [LCDocument(LONG, id="log"), LCDocument("gulls", id="note")]
+        lc.add_documents(docs)
+        store = lc.collection.store
+        found, _ = store.scroll("c", limit=1000, with_payload=True)
+        clean = {p.id: p.payload for p in found}
+        store.delete("c", filters.Filter(must=(filters.HasIdCondition(has_id=(point_id("log", 2),)),)))
+        lc.add_documents(docs)  # unchanged texts: only the broken one is embedded again
+        found, _ = store.scroll("c", limit=1000, with_payload=True)
+        assert {p.id: p.payload for p in found} == clean
