@@ -20,7 +20,7 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.schema import MetadataMode
 
 from recemb.core import DEFAULT_MODEL
-from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore
+from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -37,7 +37,8 @@ with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(
         collection_name="docs", path=args.store or Path(tmp) / "store", embed_model=embed_model) as store:
     documents = SimpleDirectoryReader(str(args.folder), filename_as_id=True, required_exts=[".md", ".txt"],
                                       recursive=True).load_data()
-    IngestionPipeline(transformations=[embed_model], vector_store=store).run(documents=documents)
+    # EmbedInStore: the store embeds each new or changed file once (long ones as their passages), nothing else
+    IngestionPipeline(transformations=[EmbedInStore()], vector_store=store).run(documents=documents)
     engine = VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_query_engine(
         llm=MockLLM(), similarity_top_k=args.k)  # the defaults: passages, each document once
     whole = sum(len(d.text) for d in documents)

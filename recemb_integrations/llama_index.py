@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from recemb_integrations._imports import require
 
-_STORE_NAMES = ("RecembVectorStore",)  # loaded with qdrant-client only when asked for
+_STORE_NAMES = ("EmbedInStore", "RecembVectorStore")  # loaded with qdrant-client only when asked for
 __all__ = ["RecEmbEmbedding", "SparseEncoding", "bm25_sparse_fns", *_STORE_NAMES]
 
 _base = require("llama_index.core.base.embeddings.base", "llama-index")

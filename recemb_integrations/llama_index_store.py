@@ -5,20 +5,22 @@ nothing it was not asked to, every search ``QdrantSync.search``).
     from llama_index.core import SimpleDirectoryReader, VectorStoreIndex
     from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
     from llama_index.core.storage.docstore import SimpleDocumentStore
-    from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore
+    from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
 
-    embed_model = RecEmbEmbedding(model_name="recemb/recemb-mamba2-mini")
+    embed_model = RecEmbEmbedding(model_name="recemb-mamba2-mini")
     store = RecembVectorStore(collection_name="docs", path="./store", embed_model=embed_model)
-    pipeline = IngestionPipeline(transformations=[embed_model], vector_store=store, docstore=SimpleDocumentStore(),
+    pipeline = IngestionPipeline(transformations=[EmbedInStore()], vector_store=store, docstore=SimpleDocumentStore(),
                                  docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)  # no splitter needed
     pipeline.run(documents=SimpleDirectoryReader("./docs", filename_as_id=True).load_data())
     retriever = VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(similarity_top_k=4)
     retriever.retrieve("...")   # passages: start_char_idx/end_char_idx slice their document, ref_doc_id names it
     store.close()  # Qdrant Edge holds its folder while open
 
-Each node is one recemb document (its id the node's id). With ``RecEmbEmbedding`` the node's vector is the
-document's own point and the main job adds passages where the text is longer than the collection's passage
-threshold, so whole files need no splitter; a splitter's chunks are stored as the chunks they are. Any other
+Each node is one recemb document (its id the node's id). ``EmbedInStore`` leaves the embedding to the store: each
+text is embedded once, by the main job's sync, and only where it is new or changed. A node that brings its own
+vector (``transformations=[embed_model]``) keeps it as the document's own point. The main job adds passages where
+the text is longer than the collection's passage threshold, so whole files need no splitter; a splitter's chunks
+are stored as the chunks they are. Any other
 LlamaIndex embed model gives one dense vector per node (recemb's BM25 beside it), no passages. Without an embed
 model, nodes and queries bring their own vectors. A collection written by ``recemb sync`` opens with the settings it
 recorded; another model is refused (``CollectionMismatchError``).
@@ -53,7 +55,8 @@ from recemb_integrations.qdrant.documents import StoredDocument, check_document_
 from recemb_integrations.qdrant.external import ExternalEmbedder  # noqa: E402
 from recemb_integrations.qdrant.points import KIND_PASSAGE  # noqa: E402
 
-__all__ = ["GIVEN_VECTORS", "NODE_KEY", "REF_DOC_KEY", "RecembVectorStore", "qdrant_filter", "simple_filter"]
+__all__ = ["EmbedInStore", "GIVEN_VECTORS", "NODE_KEY", "REF_DOC_KEY", "RecembVectorStore", "qdrant_filter",
+           "simple_filter"]
 
 NODE_KEY = "_node"  # metadata key: what LlamaIndex needs back of a node (class, relationships, ...), stripped on return
 REF_DOC_KEY = "ref_doc_id"  # metadata key: the node's source document, so that delete(ref_doc_id) finds its nodes
@@ -64,6 +67,34 @@ MODES = {Mode.DEFAULT: None, Mode.HYBRID: "hybrid", Mode.SPARSE: "sparse", Mode.
 # recemb's bookkeeping keys on a hit, kept out of what LlamaIndex embeds and shows an LLM (document_id, line, page
 # and note stay in)
 HIDDEN_KEYS = ("kind", "passage", "start", "end", "content_hash")
+
+
+STORE_EMBEDS: list[float] = []  # a node's embedding that says "the store embeds me": never a real vector (empty)
+
+
+class EmbedInStore(_schema.TransformComponent):
+    """An ``IngestionPipeline`` transformation for a ``RecembVectorStore``: it embeds nothing, and marks each node
+    without an embedding as one the store embeds (its ``embedding`` the empty list: LlamaIndex hands a vector store
+    only nodes whose embedding is set, and no real vector is empty).
+
+        pipeline = IngestionPipeline(transformations=[EmbedInStore()], vector_store=store, docstore=...,
+                                     docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)
+
+    The store then embeds what its sync finds new or changed, each text once (a long document as its passages),
+    and a rerun over unchanged files embeds nothing; with ``transformations=[embed_model]`` instead, LlamaIndex
+    embeds every file it is given (the whole file, with its metadata prepended) before the store can tell it is
+    unchanged, and that vector is used only as a short document's own. For a ``RecembVectorStore`` with an
+    embed model only; another vector store refuses the empty vectors."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RecembEmbedInStore"
+
+    def __call__(self, nodes: Sequence[Any], **kwargs: Any) -> Sequence[Any]:
+        for node in nodes:
+            if node.embedding is None:
+                node.embedding = list(STORE_EMBEDS)
+        return nodes
 
 
 class RecembVectorStore(_types.BasePydanticVectorStore):
@@ -204,6 +235,10 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         if kwargs:
             raise TypeError(f"add got unexpected options {sorted(kwargs)}")
         nodes = list(nodes)
+        if self._embed_model is None and any(n.embedding == STORE_EMBEDS for n in nodes):
+            raise ValueError("these nodes were marked by EmbedInStore for the store to embed, but this "
+                             "RecembVectorStore has no embed_model: give it one (RecEmbEmbedding), or embed the "
+                             "nodes first; nothing was written")
         if self._embed_model is None and self._vector_dim is None:
             self._vector_dim = next((len(n.embedding) for n in nodes if n.embedding), None)
         self._collection.add([as_document(n) for n in nodes], show_progress_bar=show_progress_bar)
@@ -375,8 +410,9 @@ def as_document(node: Any) -> RecembDocument:
            "excluded_llm_metadata_keys": list(node.excluded_llm_metadata_keys),
            "start_char_idx": getattr(node, "start_char_idx", None), "end_char_idx": getattr(node, "end_char_idx", None)}
     metadata[NODE_KEY] = {k: v for k, v in own.items() if v not in (None, [], {})}
+    vector = None if node.embedding == STORE_EMBEDS else node.embedding  # (EmbedInStore: the sync embeds it)
     return RecembDocument(node.node_id, node.get_content(metadata_mode=_schema.MetadataMode.NONE), metadata,
-                          node.embedding)
+                          vector)
 
 
 def _user_metadata(stored: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

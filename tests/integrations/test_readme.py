@@ -50,11 +50,14 @@ def test_the_set_up_example_runs_twice_and_says_where_its_store_is(tmp_path):
         assert done.returncode == 0 and done.stdout.strip(), (command, done.stderr[-2000:])
 
 
-@pytest.mark.parametrize("first_line", ["# LangChain: bash scripts/install.sh langchain,qdrant"])
-def test_a_vector_store_snippet_runs_as_pasted(first_line, tmp_path):
-    pytest.importorskip("langchain_core")
+@pytest.mark.parametrize("first_line,module,says", [
+    ("# LangChain: bash scripts/install.sh langchain,qdrant", "langchain_core", "[tides.md, line"),
+    ("# LlamaIndex: bash scripts/install.sh llama-index,qdrant", "llama_index.core", "passages: ["),
+])
+def test_a_vector_store_snippet_runs_as_pasted(first_line, module, says, tmp_path):
+    pytest.importorskip(module)
     (tmp_path / "examples").symlink_to(ROOT / "examples")  # the snippet reads the sample documents from a clone
     (tmp_path / "snippet.py").write_text(python_block(first_line), encoding="utf-8")
     done = run_here([sys.executable, "snippet.py"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "tides.md" in done.stdout and "[tides.md, line" in done.stdout, done.stdout
+    assert "tides.md" in done.stdout and says in done.stdout, done.stdout

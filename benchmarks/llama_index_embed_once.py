@@ -1,0 +1,92 @@
+"""A LlamaIndex ingestion pipeline into a recemb collection: what reaches the model, and the seconds, on a first run
+and on a rerun over unchanged files, with LlamaIndex's own embedding transformation and with ``EmbedInStore``.
+
+    python3 benchmarks/llama_index_embed_once.py              # 25 files of 1,500 words, Qdrant Edge
+    python3 benchmarks/llama_index_embed_once.py --docs 6 --words 600   # a quick look
+
+The files are 1,500-word pieces of the shared long books (../shared/data/long). Each run is what a script does: a new
+``IngestionPipeline(transformations=[T], vector_store=RecembVectorStore, docstore=SimpleDocumentStore(),
+docstore_strategy=UPSERTS_AND_DELETE)`` over ``SimpleDirectoryReader(folder, filename_as_id=True)``, with T the
+bundled recemb-mamba2-mini's ``RecEmbEmbedding`` ("embed_model") or ``EmbedInStore()``, the model loaded
+beforehand. Counted at the model: sequences of token ids embedded (whole texts and passages) and their tokens.
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from llama_index.core import SimpleDirectoryReader
+from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
+from llama_index.core.storage.docstore import SimpleDocumentStore
+
+from recemb.core import DEFAULT_MODEL
+from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "long"
+
+
+def pieces(docs: int, words: int) -> dict[str, str]:
+    """``docs`` documents of ``words`` words, taken in turn from the long books (skipping their first 2,000)."""
+    books = sorted(DATA.glob("*.txt"))
+    if not books:
+        raise SystemExit(f"no books under {DATA}")
+    out, turn = {}, 0
+    while len(out) < docs:
+        book = books[turn % len(books)]
+        tokens = book.read_text(encoding="utf-8").split(" ")
+        start = 2000 + (turn // len(books)) * words
+        out[f"{book.stem}-{turn // len(books):02d}.txt"] = " ".join(tokens[start:start + words])
+        turn += 1
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=25)
+    parser.add_argument("--words", type=int, default=1500)
+    args = parser.parse_args()
+    model = RecEmbEmbedding(model_name=DEFAULT_MODEL, model_kwargs={"device": "cpu"})
+    embedder = model.embedder
+    counts = {"sequences": 0, "tokens": 0}
+    embed_token_ids = embedder.embed_token_ids
+
+    def counting(ids, **kw):
+        counts["sequences"] += len(ids)
+        counts["tokens"] += sum(map(len, ids))
+        return embed_token_ids(ids, **kw)
+
+    embedder.embed_token_ids = counting  # the one way in for texts of this size, whole or as passages
+    model.get_text_embedding("warm up")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "docs"
+        folder.mkdir()
+        for name, text in pieces(args.docs, args.words).items():
+            (folder / name).write_text(text, encoding="utf-8")
+        for label, transformation in (("embed_model (LlamaIndex embeds)", model), ("EmbedInStore()", EmbedInStore())):
+            with RecembVectorStore(collection_name="docs", path=Path(tmp) / label[:5], embed_model=model) as store:
+                for run in ("first run", "rerun, unchanged"):
+                    counts.update(sequences=0, tokens=0)
+                    pipeline = IngestionPipeline(transformations=[transformation], vector_store=store,
+                                                 docstore=SimpleDocumentStore(),
+                                                 docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)
+                    documents = SimpleDirectoryReader(str(folder), filename_as_id=True).load_data()
+                    start = time.perf_counter()
+                    pipeline.run(documents=documents)
+                    seconds = time.perf_counter() - start
+                    rows.append((label, run, seconds, counts["sequences"], counts["tokens"]))
+                    print(f"{label}, {run}: {seconds:.1f} s", flush=True)
+    print(f"\n{args.docs} files of {args.words:,} words, {DEFAULT_MODEL}, Qdrant Edge, CPU\n")
+    print("| transformation | run | seconds | sequences embedded | tokens embedded |")
+    print("|---|---|---:|---:|---:|")
+    for label, run, seconds, sequences, tokens in rows:
+        print(f"| {label} | {run} | {seconds:.1f} | {sequences:,} | {tokens:,} |")
+
+
+if __name__ == "__main__":
+    main()
