@@ -2,7 +2,7 @@
 
 Plain-text suffixes (``TEXT_SUFFIXES``) are decoded as UTF-8 and otherwise left untouched, so that the
 text of documents already stored does not change. The other formats need the optional ``formats`` extra
-(``pip install 'recemb[formats]'``); their libraries are imported only when a file of that format is read.
+(``bash scripts/install.sh formats``); their libraries are imported only when a file of that format is read.
 The extracted text is meant for search, not for display: paragraphs come out as blocks separated by one
 blank line, in reading (document) order.
 
@@ -35,6 +35,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from recemb_integrations._imports import extra_hint
+
 __all__ = ["DOCUMENT_SUFFIXES", "ExtractionError", "FORMAT_SUFFIXES", "TEXT_SUFFIXES", "extract_text",
     "extractor_available", "metadata_for", "pdf_page_starts"]
 
@@ -50,7 +52,7 @@ DOCUMENT_SUFFIXES = TEXT_SUFFIXES + tuple(FORMAT_SUFFIXES)
 
 # The module each format imports; tests simulate a missing extra by blocking these names.
 _LIBRARY = {"PDF": "pypdfium2", "HTML": "lxml.html", "DOCX": "docx"}
-_EXTRA_HINT = "pip install 'recemb[formats]'"
+_EXTRA_HINT = extra_hint("formats")
 
 
 class ExtractionError(ValueError):

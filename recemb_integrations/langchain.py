@@ -35,7 +35,7 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     Example:
         .. code-block:: python
 
-            pip install "recemb[langchain]"
+            # bash scripts/install.sh langchain (in recemb's clone)
             from recemb_integrations.langchain import RecEmbEmbeddings
             embeddings = RecEmbEmbeddings(model_name="path/or/hub-id", query_instruction="SciFact")
     """

@@ -39,7 +39,7 @@ class RecEmbBm25SparseEmbeddings(_langchain_qdrant.SparseEmbeddings):
         b: BM25 length-normalisation strength.
 
     Examples:
-        ``pip install "recemb[langchain-qdrant]"``, then
+        the ``langchain-qdrant`` extra, then
         ``QdrantVectorStore(client, "docs", embedding=..., sparse_embedding=RecEmbBm25SparseEmbeddings(),
         retrieval_mode=RetrievalMode.HYBRID)`` on a collection whose sparse vector has ``Modifier.IDF``.
     """

@@ -38,7 +38,7 @@ class RecEmbEmbedding(_base.BaseEmbedding):
         embed_batch_size: texts per ``_get_text_embeddings`` call (LlamaIndex batches nodes by it).
 
     Examples:
-        ``pip install "recemb[llama-index]"``, then
+        the ``llama-index`` extra, then
         ``Settings.embed_model = RecEmbEmbedding(model_name="path/or/hub-id")``.
     """
 
@@ -108,7 +108,7 @@ def bm25_sparse_fns(language: str = "english", avg_len: float = 256.0, k: float 
     scores min-max normalised, mixed as ``alpha * dense + (1 - alpha) * sparse`` (alpha 0.5), cut to ``hybrid_top_k``.
     Its quirks: a side whose scores are all equal (e.g. a single BM25 hit) keeps its raw scores, and with no BM25 hit
     (a stopword-only query) the dense hits come back unchanged. ``vector_store_query_mode="sparse"`` ranks by BM25
-    alone. ``pip install "recemb[llama-index-qdrant]"`` brings the store and BM25's packages.
+    alone. The ``llama-index-qdrant`` extra brings the store and BM25's packages.
     """
     from recemb_integrations.sparse import Bm25  # needs mmh3 and py-rust-stemmers, which plain embedding does not
 

@@ -228,7 +228,7 @@ emb.encode_queries(["..."], instruction="SciFact"); emb.encode_documents(["..."]
 sentence-transformers 6 asks for the flag for every module class that is not part of sentence-transformers, even
 one from an installed package. **No code is downloaded from this repository**: the module class
 `recemb_integrations.sentence_transformers.RecEmbModule` ships with the `recemb` package
-(`pip install "recemb[sentence-transformers]"`).
+(the `sentence-transformers` extra).
 
 ## Instructions
 

@@ -49,7 +49,8 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "auto":
         return "triton" if device.type == "cuda" and triton_available() else "torch"
     if not triton_available():
-        raise ImportError('backend="triton" needs Triton: pip install "recemb[triton]"')
+        raise ImportError('backend="triton" needs Triton: the triton extra (bash scripts/install.sh triton in '
+                          "recemb's clone), or pip install triton")
     if device.type != "cuda" and not triton_interpreter_enabled():
         raise RuntimeError(
             f'backend="triton" got tensors on {device.type}; Triton kernels run on CUDA, or on the CPU only under '

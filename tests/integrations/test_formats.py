@@ -166,7 +166,8 @@ def test_missing_library_names_the_extra(tmp_path, monkeypatch, suffix):
     path.write_bytes(b"anything")
     with pytest.raises(ExtractionError) as error:
         extract_text(path)
-    expected = f"reading {suffix} files needs the 'formats' extra (pip install 'recemb[formats]')"
+    expected = (f"reading {suffix} files needs the 'formats' extra (bash scripts/install.sh formats in recemb's clone, "
+                'or pip install -e ".[formats]" there)')
     assert str(error.value) == expected
     assert not extractor_available(suffix)
     assert extractor_available(".txt")

@@ -35,14 +35,14 @@ def test_package_imports_no_framework():
 def test_missing_framework_names_the_extra(module, blocked, extra):
     block = "".join(f"sys.modules[{name!r}] = None; " for name in blocked)
     out = run(f"import sys; {block}\ntry:\n import recemb_integrations.{module}\nexcept ImportError as e: print(e)")
-    assert f'pip install "recemb[{extra}]"' in out
+    assert f"bash scripts/install.sh {extra}" in out and f'pip install -e ".[{extra}]"' in out
 
 
 def test_a_server_store_without_qdrant_client_names_the_extra():
     out = run("import sys; sys.modules['qdrant_client'] = None\n"
               "from recemb_integrations.stores import open_store\n"
               "try:\n open_store(url='http://127.0.0.1:9')\nexcept ImportError as e: print(e)")
-    assert 'pip install "recemb[qdrant]"' in out
+    assert "bash scripts/install.sh qdrant" in out
 
 
 def test_the_embedded_main_job_never_imports_qdrant_client(tmp_path):
@@ -81,7 +81,7 @@ def test_llama_index_needs_bm25_packages_only_for_bm25():
     out = run("import sys; sys.modules['mmh3'] = None\n"
               "from recemb_integrations.llama_index import RecEmbEmbedding, bm25_sparse_fns\n"
               "try:\n bm25_sparse_fns()\nexcept ImportError as e: print(e)")
-    assert 'pip install "recemb[sparse]"' in out
+    assert "bash scripts/install.sh sparse" in out
 
 
 # The main job's rooms that decide without a model (docs/architecture.md): importing one, or the package, or the

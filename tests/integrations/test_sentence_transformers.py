@@ -165,7 +165,7 @@ def test_missing_framework_names_the_extra():
             "sys.modules['sentence_transformers.base.modules'] = None\n"
             "try:\n import recemb_integrations.sentence_transformers\nexcept ImportError as e: print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
-    assert 'pip install "recemb[sentence-transformers]"' in out
+    assert "bash scripts/install.sh sentence-transformers" in out
 
 
 def test_context_extension_switch_and_artifacts_travel(exported, tmp_path):
