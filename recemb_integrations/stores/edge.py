@@ -86,7 +86,7 @@ from recemb_integrations.stores.edge_layouts import (
     release_freed_memory,
 )
 from recemb_integrations.stores.edge_points import encode, from_edge, group_points, payload_bytes, to_edge
-from recemb_integrations.stores.footprint import Footprint, disk_by_part, resident_by_part
+from recemb_integrations.stores.footprint import Footprint, disk_by_part, file_sizes_by_part, resident_by_part
 
 __all__ = ["COLLECTION_FILE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN",
            "GROUP_FUSE_ALL_BELOW", "HNSW_EF", "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS",
@@ -252,7 +252,8 @@ class EdgeStore(EdgeCollections):
         in this process (the collection is opened first)."""
         found = super().footprint(collection)  # counting opens the shard
         shard = self._folder(collection) / "shard"
-        return replace(found, disk=disk_by_part(shard), resident=resident_by_part(shard) or {})
+        return replace(found, disk=disk_by_part(shard), files=file_sizes_by_part(shard),
+                       resident=resident_by_part(shard) or {})
 
     def _filter(self, f):
         return None if f is None else translate_filter(self._edge, f)

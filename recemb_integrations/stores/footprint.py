@@ -1,5 +1,14 @@
 """What a collection takes: bytes on disk and resident memory, by part of the store.
 
+Three measures of a part's files, which differ on purpose:
+
+- **on disk**: the blocks they take (``du``);
+- **file size**: their length in whole pages (``du --apparent-size``, page by page). The engine makes its files
+  larger than what they hold (32 MiB pages, 1 MiB flag files) and the pages never written take no disk, so a
+  part's file size can be a hundred times its bytes on disk;
+- **resident**: the pages of them this process maps that are in memory now. At most the file size, and it can
+  exceed the bytes on disk: a never-written page that is read is a page of zeros in memory.
+
 Resident memory comes in two kinds, and only one of them is a cost a machine must carry:
 
 - **anonymous** memory (heap, the pinned int8 copy of the dense vectors) stays while the collection is open;
@@ -11,20 +20,26 @@ Linux reports both (``/proc/self/status``, ``/proc/self/smaps``); elsewhere the 
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "Footprint",
+    "PAGE",
     "PART_NAMES",
     "ProcessMemory",
     "disk_by_part",
+    "file_sizes_by_part",
     "process_memory",
     "resident_by_part",
     "store_part",
 ]
+
+PAGE = mmap.PAGESIZE
 
 # A shard's parts as its folders name them, in words; parts not listed are shown by their folder name.
 PART_NAMES = {
@@ -51,9 +66,9 @@ class ProcessMemory:
 
 @dataclass(frozen=True)
 class Footprint:
-    """What one collection takes. ``disk`` and ``resident`` are bytes by part (``store_part``); ``resident`` is the
-    file-backed pages of the collection's files resident in this process now. Empty dicts where the store does not
-    say (a server)."""
+    """What one collection takes, bytes by part (``store_part``): ``disk`` the blocks its files take, ``files`` their
+    length in whole pages, ``resident`` the pages of them mapped in this process and in memory now (each at most its
+    part's ``files``). Empty dicts where the store does not say (a server, local mode)."""
 
     collection: str
     kind: str
@@ -62,15 +77,26 @@ class Footprint:
     dense_datatype: str = "float32"
     disk: dict[str, int] = field(default_factory=dict)
     resident: dict[str, int] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
 
     @property
     def disk_total(self) -> int:
         return sum(self.disk.values())
 
+    @property
+    def files_total(self) -> int:
+        return sum(self.files.values())
+
+    @property
+    def resident_total(self) -> int:
+        return sum(self.resident.values())
+
     def as_dict(self) -> dict:
         return {"collection": self.collection, "kind": self.kind, "layout": self.layout, "points": self.points,
                 "dense_datatype": self.dense_datatype, "disk_bytes": dict(self.disk),
-                "resident_bytes": dict(self.resident)}
+                "file_bytes": dict(self.files), "resident_bytes": dict(self.resident),
+                "disk_total_bytes": self.disk_total, "file_total_bytes": self.files_total,
+                "resident_total_bytes": self.resident_total}
 
 
 def process_memory() -> ProcessMemory | None:
@@ -100,15 +126,14 @@ def store_part(relative: str) -> str:
     return parts[0].split(".")[0]
 
 
-def disk_by_part(folder: str | os.PathLike) -> dict[str, int]:
-    """Bytes allocated on disk (as ``du`` counts them) by part, for the files under ``folder``."""
+def _by_part(folder: str | os.PathLike, size) -> dict[str, int]:
     folder = Path(folder)
     sizes: dict[str, int] = {}
     for dirpath, _, files in os.walk(folder):
         for name in files:
             path = Path(dirpath, name)
             try:
-                used = path.stat().st_blocks * 512
+                used = size(path.stat())
             except OSError:  # removed while walking (an optimize replacing a segment)
                 continue
             key = store_part(str(path.relative_to(folder)))
@@ -116,23 +141,102 @@ def disk_by_part(folder: str | os.PathLike) -> dict[str, int]:
     return dict(sorted(sizes.items()))
 
 
-def resident_by_part(folder: str | os.PathLike) -> dict[str, int] | None:
-    """Resident bytes of this process's mappings of files under ``folder``, by part; None without
-    /proc/self/smaps."""
-    prefix = str(Path(folder).resolve()) + "/"
-    parts: dict[str, int] = {}
+def _pages(length: int) -> int:
+    return -(-length // PAGE) * PAGE
+
+
+def disk_by_part(folder: str | os.PathLike) -> dict[str, int]:
+    """Bytes allocated on disk (as ``du`` counts them) by part, for the files under ``folder``."""
+    return _by_part(folder, lambda st: st.st_blocks * 512)
+
+
+def file_sizes_by_part(folder: str | os.PathLike) -> dict[str, int]:
+    """The length of the files under ``folder`` by part, each rounded up to whole pages: the most of them that can
+    be resident (a file's last page is resident whole)."""
+    return _by_part(folder, lambda st: _pages(st.st_size))
+
+
+@dataclass
+class _Mapping:
+    start: int
+    end: int
+    offset: int  # in the file, bytes
+    file_pages: int = 0  # resident bytes that are the file's pages (Rss less the copied-on-write Anonymous)
+
+
+def _mappings(prefix: str) -> dict[str, list[_Mapping]]:
+    """This process's mappings of files whose path starts with ``prefix``, by path."""
+    found: dict[str, list[_Mapping]] = {}
     current = None
+    rss = anonymous = 0
+
+    def close() -> None:
+        if current is not None:
+            current.file_pages = max(0, rss - anonymous)
+
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split(None, 1)[0]
+            if "-" in first and not first.endswith(":"):  # a mapping's header line
+                close()
+                fields = line.split(None, 5)
+                path = fields[5].rstrip("\n") if len(fields) > 5 else ""
+                current, rss, anonymous = None, 0, 0
+                if path.startswith(prefix):
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                    current = _Mapping(start, end, int(fields[2], 16))
+                    found.setdefault(path, []).append(current)
+            elif current is not None:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Anonymous:"):
+                    anonymous = int(line.split()[1]) * 1024
+    close()
+    return found
+
+
+_PRESENT, _FILE_PAGE = 1 << 63, 1 << 61  # /proc/self/pagemap: a page in memory; one of a file (not copied)
+
+
+def _distinct_file_pages(maps: list[_Mapping]) -> int | None:
+    """Bytes of a file's distinct pages resident through ``maps`` (one file mapped more than once, as the engine
+    maps a page file both read-only and writable), from /proc/self/pagemap; None where it cannot be read."""
+    pages: set[int] = set()
     try:
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                first = line.split(None, 1)[0]
-                if "-" in first and not first.endswith(":"):  # a mapping's header line
-                    fields = line.split(None, 5)
-                    path = fields[5].strip() if len(fields) > 5 else ""
-                    current = (store_part(path[len(prefix):].removesuffix(" (deleted)"))
-                               if path.startswith(prefix) else None)
-                elif current is not None and line.startswith("Rss:"):
-                    parts[current] = parts.get(current, 0) + int(line.split()[1]) * 1024
+        with open("/proc/self/pagemap", "rb") as f:
+            for m in maps:
+                if not m.file_pages:
+                    continue
+                f.seek(m.start // PAGE * 8)
+                entries = array("Q")
+                entries.frombytes(f.read((m.end - m.start) // PAGE * 8))
+                first = m.offset // PAGE
+                pages.update(first + i for i, e in enumerate(entries) if e & _PRESENT and e & _FILE_PAGE)
+    except (OSError, ValueError):
+        return None
+    return len(pages) * PAGE
+
+
+def resident_by_part(folder: str | os.PathLike) -> dict[str, int] | None:
+    """Bytes of the files under ``folder`` resident in this process's mappings of them, by part: each page of a
+    file once, however many times it is mapped, and only the file's own pages (not private copies written to, which
+    are anonymous memory); None without /proc/self/smaps."""
+    prefix = str(Path(folder).resolve()) + "/"
+    try:
+        by_file = _mappings(prefix)
     except OSError:
         return None
+    parts: dict[str, int] = {}
+    for path, maps in by_file.items():
+        resident = sum(m.file_pages for m in maps)
+        if sum(1 for m in maps if m.file_pages) > 1:  # the same page mapped twice is one page of memory
+            distinct = _distinct_file_pages(maps)
+            if distinct is None:  # without pagemap, at least never more than the file holds
+                try:
+                    distinct = min(resident, _pages(os.stat(path).st_size))
+                except OSError:
+                    distinct = resident
+            resident = distinct
+        key = store_part(path[len(prefix):].removesuffix(" (deleted)"))
+        parts[key] = parts.get(key, 0) + resident
     return dict(sorted(parts.items()))
