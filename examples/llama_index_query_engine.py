@@ -7,7 +7,8 @@ LLM answers.
 
 For each question it prints the context the LLM is given: each node's file, line and characters, and the context's
 size against the whole files'. No splitter: each file is one document, and recemb adds passages (with their
-character offsets) to the long ones. With --store, a second run writes nothing (unchanged documents are skipped).
+character offsets) to the long ones. ``EmbedInStore()`` leaves the embedding to the store, which embeds each new or
+changed file once (a long one as its passages): with --store, a second run embeds and writes nothing.
 """
 
 import argparse
@@ -15,9 +16,10 @@ import tempfile
 from pathlib import Path
 
 from llama_index.core import SimpleDirectoryReader, VectorStoreIndex
-from llama_index.core.ingestion import IngestionPipeline
+from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import MetadataMode
+from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from recemb.core import DEFAULT_MODEL
 from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
@@ -37,8 +39,9 @@ with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(
         collection_name="docs", path=args.store or Path(tmp) / "store", embed_model=embed_model) as store:
     documents = SimpleDirectoryReader(str(args.folder), filename_as_id=True, required_exts=[".md", ".txt"],
                                       recursive=True).load_data()
-    # EmbedInStore: the store embeds each new or changed file once (long ones as their passages), nothing else
-    IngestionPipeline(transformations=[EmbedInStore()], vector_store=store).run(documents=documents)
+    # EmbedInStore, not embed_model: LlamaIndex would embed every file whole first, on every run
+    IngestionPipeline(transformations=[EmbedInStore()], vector_store=store, docstore=SimpleDocumentStore(),
+                      docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE).run(documents=documents)
     engine = VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_query_engine(
         llm=MockLLM(), similarity_top_k=args.k)  # the defaults: passages, each document once
     whole = sum(len(d.text) for d in documents)

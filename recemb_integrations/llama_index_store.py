@@ -16,14 +16,17 @@ nothing it was not asked to, every search ``QdrantSync.search``).
     retriever.retrieve("...")   # passages: start_char_idx/end_char_idx slice their document, ref_doc_id names it
     store.close()  # Qdrant Edge holds its folder while open
 
-Each node is one recemb document (its id the node's id). ``EmbedInStore`` leaves the embedding to the store: each
-text is embedded once, by the main job's sync, and only where it is new or changed. A node that brings its own
-vector (``transformations=[embed_model]``) keeps it as the document's own point. The main job adds passages where
-the text is longer than the collection's passage threshold, so whole files need no splitter; a splitter's chunks
-are stored as the chunks they are. Any other
-LlamaIndex embed model gives one dense vector per node (recemb's BM25 beside it), no passages. Without an embed
-model, nodes and queries bring their own vectors. A collection written by ``recemb sync`` opens with the settings it
-recorded; another model is refused (``CollectionMismatchError``).
+Each node is one recemb document (its id the node's id). In an ``IngestionPipeline``, ``EmbedInStore()`` (the last
+transformation, in the embed model's place) leaves the embedding to the store: each text reaches the model once, in
+the main job's sync, and only where it is new or changed, so the script run again over unchanged files (a new
+pipeline and docstore) embeds nothing. ``transformations=[embed_model]`` works too, but LlamaIndex then embeds every
+file it is given, whole and with its metadata prepended, before the store sees it: that vector is the document's own
+point, and a long document's passages are embedded besides. The main job adds passages where the text is longer
+than the collection's passage threshold, so whole files need no splitter; a splitter's chunks are stored as the
+chunks they are. Any other LlamaIndex embed model gives one dense vector per node (recemb's BM25 beside it), no
+passages. Without an embed model, nodes and queries bring their own vectors (nodes ``EmbedInStore`` marked are
+refused). A collection written by ``recemb sync`` opens with the settings it recorded; another model is refused
+(``CollectionMismatchError``).
 """
 
 from __future__ import annotations
@@ -69,13 +72,10 @@ MODES = {Mode.DEFAULT: None, Mode.HYBRID: "hybrid", Mode.SPARSE: "sparse", Mode.
 HIDDEN_KEYS = ("kind", "passage", "start", "end", "content_hash")
 
 
-STORE_EMBEDS: list[float] = []  # a node's embedding that says "the store embeds me": never a real vector (empty)
-
-
 class EmbedInStore(_schema.TransformComponent):
-    """An ``IngestionPipeline`` transformation for a ``RecembVectorStore``: it embeds nothing, and marks each node
-    without an embedding as one the store embeds (its ``embedding`` the empty list: LlamaIndex hands a vector store
-    only nodes whose embedding is set, and no real vector is empty).
+    """An ``IngestionPipeline`` transformation for a ``RecembVectorStore``, its last: it embeds nothing, and marks
+    each node without an embedding as one the store embeds (a copy whose ``embedding`` is the empty list: LlamaIndex
+    hands a vector store only nodes whose embedding is set, and no real vector is empty).
 
         pipeline = IngestionPipeline(transformations=[EmbedInStore()], vector_store=store, docstore=...,
                                      docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)
@@ -83,18 +83,53 @@ class EmbedInStore(_schema.TransformComponent):
     The store then embeds what its sync finds new or changed, each text once (a long document as its passages),
     and a rerun over unchanged files embeds nothing; with ``transformations=[embed_model]`` instead, LlamaIndex
     embeds every file it is given (the whole file, with its metadata prepended) before the store can tell it is
-    unchanged, and that vector is used only as a short document's own. For a ``RecembVectorStore`` with an
-    embed model only; another vector store refuses the empty vectors."""
+    unchanged; that vector is the document's own point, and a long document's passages are embedded besides (here
+    a long document's own vector is the mean of its passages'). A node that has an embedding keeps it (the store
+    checks it as any node's). The nodes given are left as they are (so is what a docstore keeps of them).
+
+    For a ``RecembVectorStore`` with an embed model only. Any other vector store asks a marked ``Document`` or
+    ``TextNode`` for its vector (``get_embedding()``) and gets a ``ValueError`` that says why it has none; a node
+    an ``IngestionCache`` gives back, or of another class, is only marked by its empty embedding, which such a
+    store takes as a vector of size 0."""
 
     @classmethod
     def class_name(cls) -> str:
         return "RecembEmbedInStore"
 
     def __call__(self, nodes: Sequence[Any], **kwargs: Any) -> Sequence[Any]:
-        for node in nodes:
-            if node.embedding is None:
-                node.embedding = list(STORE_EMBEDS)
-        return nodes
+        return [_marked(node) if node.embedding is None else node for node in nodes]
+
+
+def _store_embeds(node: Any) -> bool:
+    """Whether ``node`` carries ``EmbedInStore``'s mark (its embedding empty) rather than a vector."""
+    return node.embedding is not None and len(node.embedding) == 0
+
+
+def _no_vector(node: Any) -> list[float]:
+    raise ValueError(f"node {node.node_id!r} was marked by EmbedInStore for a RecembVectorStore to embed when it "
+                     "adds it, so it has no vector for this vector store: make a RecembVectorStore the pipeline's "
+                     "vector_store, or put an embed model in EmbedInStore's place")
+
+
+class _MarkedDocument(_schema.Document):
+    get_embedding = _no_vector  # what other vector stores read a node's vector by
+
+
+class _MarkedTextNode(_schema.TextNode):
+    get_embedding = _no_vector
+
+
+# The classes readers and splitters make; module-level, so marked nodes pickle (num_workers) and their class_name()
+# is their own class's, so a docstore or cache keeps them as that class.
+_MARKED = {_schema.Document: _MarkedDocument, _schema.TextNode: _MarkedTextNode}
+
+
+def _marked(node: Any) -> Any:
+    copy = node.model_copy()  # the caller's node (what a docstore keeps) is left without the mark
+    copy.embedding = []
+    if type(node) in _MARKED:
+        object.__setattr__(copy, "__class__", _MARKED[type(node)])  # pydantic's __setattr__ sets fields only
+    return copy
 
 
 class RecembVectorStore(_types.BasePydanticVectorStore):
@@ -106,7 +141,8 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
             server (``api_key``), or a ``QdrantClient`` / recemb ``Store`` you opened and close; one of them.
         embed_model: ``RecEmbEmbedding`` (documents whole plus passages, by the collection's settings), any other
             LlamaIndex embed model (one dense vector per node), or None (nodes carry their embeddings and queries
-            their ``query_embedding``; the collection records the model as ``GIVEN_VECTORS``).
+            their ``query_embedding``; the collection records the model as ``GIVEN_VECTORS``). It embeds the nodes
+            ``EmbedInStore`` marked, and those without an embedding.
         granularity: what a query returns by default: None (made for an LLM's context: each document's best
             passage, a node whose ``start_char_idx``/``end_char_idx`` slice its document and whose ``ref_doc_id``
             names it; a document too short for passages, or in a collection without them, whole), "document" (each
@@ -235,7 +271,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         if kwargs:
             raise TypeError(f"add got unexpected options {sorted(kwargs)}")
         nodes = list(nodes)
-        if self._embed_model is None and any(n.embedding == STORE_EMBEDS for n in nodes):
+        if self._embed_model is None and any(_store_embeds(n) for n in nodes):
             raise ValueError("these nodes were marked by EmbedInStore for the store to embed, but this "
                              "RecembVectorStore has no embed_model: give it one (RecEmbEmbedding), or embed the "
                              "nodes first; nothing was written")
@@ -410,7 +446,7 @@ def as_document(node: Any) -> RecembDocument:
            "excluded_llm_metadata_keys": list(node.excluded_llm_metadata_keys),
            "start_char_idx": getattr(node, "start_char_idx", None), "end_char_idx": getattr(node, "end_char_idx", None)}
     metadata[NODE_KEY] = {k: v for k, v in own.items() if v not in (None, [], {})}
-    vector = None if node.embedding == STORE_EMBEDS else node.embedding  # (EmbedInStore: the sync embeds it)
+    vector = None if _store_embeds(node) else node.embedding  # (EmbedInStore: the sync embeds it)
     return RecembDocument(node.node_id, node.get_content(metadata_mode=_schema.MetadataMode.NONE), metadata,
                           vector)
 
