@@ -77,6 +77,7 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
     called with the store's kind ("server", "local" or "edge") just before it is opened. ``read_only="copy"`` (a
     search): a Qdrant Edge store on a read-only mount is searched in a temporary copy, with a note on stderr."""
     from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError, detect_store_kind, open_store
+    from recemb_integrations.stores.edge_files import holds_other_files
 
     if args.qdrant_url and args.qdrant_path:
         raise CommandError("--qdrant-url and --qdrant-path name two different stores; give one")
@@ -107,7 +108,7 @@ def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: 
         where = "--qdrant-path " + str(path) if given else f"the default store {path}"
         raise CommandError(f"there is no embedded Qdrant store at {where}; check the path, or run `recemb sync` "
                            "first")
-    if create and found is None and path.is_dir() and any(path.iterdir()):
+    if create and found is None and path.is_dir() and holds_other_files(path):
         raise CommandError(f"{path} holds other files but no Qdrant store; give --qdrant-path a new or empty "
                            "folder (a store writes its own files there)")
     if create:

@@ -60,6 +60,10 @@ def add_sync_command(commands) -> None:
     p.add_argument("--rebuild", action="store_true",
                    help="build the collection anew from PATHS with the given settings (e.g. a recemb 0.1 collection "
                         "to hybrid): the new one is built beside it and replaces it only when complete")
+    p.add_argument("--drop-other-writers", action="store_true",
+                   help="with --rebuild of a damaged collection: drop, unread, the documents that a framework's "
+                        "store, the Python API or a folder with another --id-prefix wrote into it (refused "
+                        "otherwise: no path of the rebuild holds them)")
     p.add_argument("--ray", action="store_true",
                    help="embed on Ray actors (the 'ray' extra): the plan and every write stay in this process, "
                         "the model runs on the cluster's GPUs (one actor each) or CPUs; files must be readable at "
@@ -92,7 +96,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     )
     from recemb_integrations.qdrant.calls import StoreCalls
     from recemb_integrations.qdrant.collection import scan_documents
-    from recemb_integrations.qdrant.rebuild import damaged_rebuild_refusal
+    from recemb_integrations.qdrant.rebuild import damaged_rebuild_refusal, damaged_roots_refusal
     from recemb_integrations.qdrant.record import check_collection_name, decide_settings
     from recemb_integrations.stores import StoreDamagedError
 
@@ -144,6 +148,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
             stored, damaged = None, e
         if damaged is not None and not args.allow_mass_delete:  # before the model loads
             raise CommandError(damaged_rebuild_refusal(args.collection, allow="--allow-mass-delete"))
+        if damaged is not None and not args.drop_other_writers and (refusal := damaged_roots_refusal(
+                args.collection, record, "", drop="--drop-other-writers")) is not None:
+            raise CommandError(refusal)
         if damaged is not None:  # said before anything is written
             print(f"recemb sync: note: {escape_controls(damaged.damage)}; --rebuild builds it again from "
                   f"{' '.join(map(escape, args.paths))} and drops what it cannot read", file=sys.stderr)
@@ -158,7 +165,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report = sync.sync(sources.sources, delete_missing=not (args.keep_missing or files_only),
                                allow_mass_delete=allow_mass_delete, skip_empty=args.skip_empty,
                                show_progress_bar=None if not args.json else False, rebuild=args.rebuild,
-                               scope=sources.scope, executor=executor, stored=stored)
+                               scope=sources.scope, executor=executor, stored=stored,
+                               drop_other_writers=args.drop_other_writers)
         except NothingReadableError as e:
             raise CommandError(str(e).replace(" documents could be read", " files could be read")) from None
         except MassDeletionError as e:

@@ -83,9 +83,12 @@ def index_writes(index_metadata: Mapping[str, str] = ()) -> list[Write]:
 
 
 def new_collection_writes(collection: str, settings: SyncSettings, model: ModelFacts, bm25: Mapping[str, Any] | None,
-                          index_metadata: Mapping[str, str], version: str) -> Prepared:
-    """A collection to create (pure): its record, with the BM25 settings ``bm25`` where it has BM25 vectors."""
+                          index_metadata: Mapping[str, str], version: str, root: str | None = None) -> Prepared:
+    """A collection to create (pure): its record, with the BM25 settings ``bm25`` where it has BM25 vectors, and
+    ``root`` as the writer that creates it."""
     record = CollectionRecord.new(collection, model, settings, bm25 if settings.sparse else None, version)
+    if root is not None:
+        record = record.with_roots([root])
     return Prepared(record, settings, (CreateCollection(model.dim, settings.sparse, record.metadata()),
                                        *index_writes(index_metadata)))
 
@@ -112,7 +115,7 @@ def existing_collection_writes(record: CollectionRecord, requested: RequestedSet
 def prepare_collection(calls: StoreCalls, collection: str, record: CollectionRecord | None,
                        requested: RequestedSettings, model: ModelFacts, index_metadata: Mapping[str, str],
                        version: str, documents: Iterable[Any] = (), tokenizer: Any = None,
-                       settings: SyncSettings | None = None) -> Prepared:
+                       settings: SyncSettings | None = None, root: str | None = None) -> Prepared:
     """Create the collection (``record`` None: it does not exist; its BM25 average lengths sampled from
     ``documents``, passage lengths measured with ``tokenizer``), or check and bring up to date the one ``record``
     describes; its writes applied. Nothing is written when a check fails. ``settings``: the settings ``requested``
@@ -121,7 +124,7 @@ def prepare_collection(calls: StoreCalls, collection: str, record: CollectionRec
         settings = settings or decide_settings(None, requested)
         bm25 = choose_bm25_settings(documents, settings.sparse_language, tokenizer, settings.passage_tokens) \
             if settings.sparse else None
-        prepared = new_collection_writes(collection, settings, model, bm25, index_metadata, version)
+        prepared = new_collection_writes(collection, settings, model, bm25, index_metadata, version, root)
     else:
         prepared = existing_collection_writes(record, requested, model, index_metadata)
     for write in prepared.writes:

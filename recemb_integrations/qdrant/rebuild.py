@@ -29,8 +29,8 @@ from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REB
 from recemb_integrations.qdrant.writes import CreateCollection, DropCollection, Optimize, UpdateRecord, Upsert
 from recemb_integrations.stores import Store, StoredPoint, as_store
 
-__all__ = ["COPY_PAGE", "damaged_rebuild_refusal", "finish_interrupted_rebuild", "interrupted_rebuild_hint",
-           "mark_staged", "rebuild_deletions", "staged_rebuild", "staging_name", "swap"]
+__all__ = ["COPY_PAGE", "damaged_rebuild_refusal", "damaged_roots_refusal", "finish_interrupted_rebuild",
+           "interrupted_rebuild_hint", "mark_staged", "rebuild_deletions", "staged_rebuild", "staging_name", "swap"]
 
 COPY_PAGE = 256  # points per request when the staged points are copied into place
 
@@ -93,6 +93,21 @@ def damaged_rebuild_refusal(collection: str, allow: str = "allow_mass_delete=Tru
             "documents of these paths and drop everything else unread, and the guard against deleting most of a "
             "collection cannot count it. Nothing was written. If these paths are every folder the collection was "
             f"synced from, run the rebuild again with {allow}")
+
+
+def damaged_roots_refusal(collection: str, record: CollectionRecord | None, root: str,
+                          drop: str = "drop_other_writers=True") -> str | None:
+    """Why a rebuild of a damaged collection from ``root``'s documents would drop, unread, documents that another
+    writer recorded it wrote (a framework's store, the Python API, a folder with another id prefix: no source of
+    this rebuild holds them), or None. ``drop``: how the caller says to drop them anyway (the command: its flag)."""
+    others = [r for r in (record.roots or ()) if r != root] if record is not None else []
+    if not others:
+        return None
+    who = " and ".join(describe_root(r) for r in others)
+    return (f"collection {collection!r} is damaged, and {who} also wrote into it: no source of this rebuild holds "
+            "those documents, so it would drop them unread. Nothing was written. Restore the store from a backup "
+            f"to keep them, or run the rebuild again with {drop} to drop them (then add them again through their "
+            "writer)")
 
 
 def rebuild_deletions(collection: str, stored: StoredDocuments, root: str, entries: list[DocumentEntry],

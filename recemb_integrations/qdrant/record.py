@@ -12,7 +12,7 @@ model may use a collection (``CollectionRecord.check_model``), of a search's pre
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -216,6 +216,7 @@ class CollectionRecord:
             "long_documents": settings.long_documents if settings.passages else None,
             "layout": LAYOUT_VERSION,
             "point_roots": True,  # every point records its root, indexed
+            "roots": [],  # every root that wrote into it (WRITER_ROOTS and folder roots), recorded before it writes
             "vectors": {"dense": DENSE_VECTOR, "sparse": SPARSE_VECTOR if settings.sparse else None},
             "sparse": dict(bm25) if bm25 is not None and settings.sparse else None,
             "recemb_version": version,
@@ -264,6 +265,21 @@ class CollectionRecord:
                             sparse_language=(data.get("sparse") or {}).get("language", "english"),
                             store_text=bool(data.get("store_text")),
                             long_documents=data.get("long_documents") or RECORDED_BEFORE_LONG_DOCUMENTS)
+
+    @property
+    def roots(self) -> tuple[str, ...] | None:
+        """Every root that wrote into the collection ("" the folder sync without an id prefix, "wiki/" a prefixed
+        one, ``points.FRAMEWORK_ROOT``, ``points.API_ROOT``); None where a recemb that did not record them made it
+        (what it holds may have been written by any of them)."""
+        roots = self.data.get("roots")
+        return tuple(roots) if roots is not None else None
+
+    def with_roots(self, roots: Iterable[str]) -> CollectionRecord | None:
+        """This record with ``roots`` among its writers, or None where they are there already."""
+        known = set(self.roots or ())
+        if self.roots is not None and known >= set(roots):
+            return None
+        return self.updated(roots=sorted(known | set(roots)))
 
     @property
     def rebuild_state(self) -> str | None:

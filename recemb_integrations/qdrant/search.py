@@ -135,8 +135,9 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     elif filter is not None:
         conditions.append(filter)
 
-    def request(candidates: int, excluded: set[str]) -> SearchRequest:
-        must_not = (filters.HasIdCondition(has_id=tuple(sorted(excluded))),) if excluded else None
+    def request(candidates: int, excluded: set[tuple[str, str]]) -> SearchRequest:
+        must_not = tuple(filters.Filter(must=(match("document_id", document_id), match("document_hash", version)))
+                         for document_id, version in sorted(excluded)) or None
         point_filter = (filters.Filter(must=tuple(conditions) or None, must_not=must_not)
                         if conditions or excluded else None)
         return SearchRequest(limit=limit, dense=dense_query if mode != "sparse" else None,
@@ -147,9 +148,10 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     candidates = max(PREFETCH_MIN, PREFETCH_PER_HIT * limit)
     store, collection = calls.store, target.collection
     # Passages of a document whose own point does not hold the hash they were cut from (a sync stopped between
-    # them and that point) are left out, and the search is repeated without them: a hit is always of a complete
-    # document. Only a stopped sync leaves such passages, so the repeat is rare.
-    excluded: set[str] = set()
+    # them and that point) are left out, and the search is repeated without every passage of that version (not
+    # only those it met: a kill inside a long document leaves thousands): a hit is always of a complete document,
+    # and each stale version costs one repeat at most. Only a stopped sync leaves such passages.
+    excluded: set[tuple[str, str]] = set()
 
     def full_groups(size: int) -> list:
         nonlocal candidates
@@ -217,13 +219,15 @@ def _complete(passage: dict[str, Any], own: dict[str, Any] | None) -> bool:
 
 
 def _point_hits(calls: StoreCalls, collection: str, points) -> tuple[list[SearchHit], set[str]]:
-    """Hits of an ungrouped search, and the ids of passages among them whose document is not complete."""
+    """Hits of an ungrouped search, and the (document id, hash) of passages among them whose document does not
+    hold that version."""
     passages = [p for p in points if p.payload.get("kind") == KIND_PASSAGE]
     owners = _document_points(calls, collection, {p.payload["document_id"] for p in passages})
-    incomplete = {p.id for p in passages if not _complete(p.payload, owners.get(p.payload["document_id"]))}
+    stale = {p.id for p in passages if not _complete(p.payload, owners.get(p.payload["document_id"]))}
+    incomplete = {_version(p.payload) for p in passages if p.id in stale}
     hits = []
     for p in points:
-        if p.id in incomplete:
+        if p.id in stale:
             continue
         hit = _hit(p.payload, p.score)
         own = p.payload if p.payload.get("kind") == KIND_DOCUMENT else owners.get(hit.document_id) or {}
@@ -233,8 +237,8 @@ def _point_hits(calls: StoreCalls, collection: str, points) -> tuple[list[Search
 
 
 def _document_hits(calls: StoreCalls, collection: str, groups) -> tuple[list[SearchHit], set[str]]:
-    """One hit per group (document): its best score, the document's payload, its best passage; and the ids of best
-    passages whose document is not complete."""
+    """One hit per group (document): its best score, the document's payload, its best passage; and the (document
+    id, hash) of best passages whose document does not hold that version."""
     found = []
     for group in groups:
         own = next((h for h in group if h.payload.get("kind") == KIND_DOCUMENT), None)
@@ -246,7 +250,7 @@ def _document_hits(calls: StoreCalls, collection: str, groups) -> tuple[list[Sea
     for best, own, passage in found:
         own_payload = own.payload if own is not None else stored.get(best.payload["document_id"])
         if passage is not None and not _complete(passage.payload, own_payload):
-            incomplete.add(passage.id)
+            incomplete.add(_version(passage.payload))
             continue
         if own_payload is None:  # a legacy passage of a document whose point is gone: nothing to show
             continue
@@ -257,6 +261,10 @@ def _document_hits(calls: StoreCalls, collection: str, groups) -> tuple[list[Sea
             hit.best_passage_start, hit.best_passage_end = passage.payload.get("start"), passage.payload.get("end")
         hits.append(hit)
     return hits, incomplete
+
+
+def _version(passage: dict[str, Any]) -> tuple[str, str]:
+    return passage["document_id"], passage["document_hash"]
 
 
 def _hit(payload: dict[str, Any], score: float) -> SearchHit:

@@ -47,6 +47,7 @@ from recemb_integrations.qdrant.points import (
 )
 from recemb_integrations.qdrant.rebuild import (
     damaged_rebuild_refusal,
+    damaged_roots_refusal,
     finish_interrupted_rebuild,
     interrupted_rebuild_hint,
     mark_staged,
@@ -66,7 +67,7 @@ from recemb_integrations.qdrant.record import (
 from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, metadata_condition, search
 from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
-from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize
+from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize, UpdateRecord
 from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import INTEGER, KEYWORD, Store, StoreDamagedError, as_store, filters
 
@@ -242,11 +243,12 @@ class QdrantSync:
         self.record, self.settings, self._prepared, self._read_checked, self._searchable = None, None, False, \
             False, None
 
-    def ensure_collection(self, create: bool = True, documents: Iterable[Any] = ()) -> None:
+    def ensure_collection(self, create: bool = True, documents: Iterable[Any] = (), root: str | None = None) -> None:
         """Create the collection, or check that it was built with this model, dimension and distance and decide the
         settings of a sync (``collection.prepare_collection``).
 
-        ``documents``: the first sync's documents, from which a new collection's BM25 average lengths are chosen.
+        ``documents``: the first sync's documents, from which a new collection's BM25 average lengths are chosen;
+        ``root``: the writer about to write, recorded as a new collection's first (``record.roots``).
         ``create=False`` is the read path: the collection must exist, only the model (and so the dimension) must
         match, and its settings are the collection's own."""
         if self._prepared or (not create and self._read_checked):
@@ -262,7 +264,7 @@ class QdrantSync:
             return
         prepared = prepare_collection(self.calls, self.collection, record, self.requested, self.model,
                                       self.index_metadata, recemb.__version__, documents, self.embedder.tokenizer,
-                                      settings=self._given)
+                                      settings=self._given, root=root)
         self.record, self.settings, self._prepared = prepared.record, prepared.settings, True
 
     def scan(self) -> StoredDocuments:
@@ -289,6 +291,7 @@ class QdrantSync:
         executor: Executor | None = None,
         stored: StoredDocuments | None = None,
         framework: bool = False,
+        drop_other_writers: bool = False,
     ) -> SyncReport:
         """Bring the collection to exactly ``documents``: add new, re-embed changed, skip unchanged, and with
         ``delete_missing`` delete documents no longer present. Bad documents are reported in ``failed`` and do not
@@ -306,7 +309,9 @@ class QdrantSync:
         ``documents`` into a staging collection, then replace the old one with it (``recemb_integrations.qdrant.
         rebuild``). A collection whose files are damaged is rebuilt from ``documents`` without reading it: what it
         held beyond them is dropped, and the report's warnings say so; as what it holds cannot be counted, this
-        needs ``allow_mass_delete`` (``MassDeletionError`` otherwise, before any write).
+        needs ``allow_mass_delete`` (``MassDeletionError`` otherwise, before any write). Where its record names
+        another writer (a framework's store, the Python API, a folder with another id prefix), whose documents no
+        source of the rebuild holds, it is a ``RebuildError`` before any write unless ``drop_other_writers`` too.
 
         ``scope``: an id prefix (e.g. ``"wiki/"``, one path component or more; a missing final "/" is added): this
         sync's root. Every point records the root whose sync wrote it (``""`` without a scope), and a sync deletes,
@@ -377,7 +382,8 @@ class QdrantSync:
             if rebuild:  # ... by the rebuild that was asked for: bring it up to date
                 rebuild = False
         if rebuild:
-            return self._rebuild(entries, bad, stored, root, start=start, **options)
+            return self._rebuild(entries, bad, stored, root, start=start, drop_other_writers=drop_other_writers,
+                                 **options)
         return self._sync_entries(entries, bad, root, delete_missing, stored, start=start, **options)
 
     def _sync_entries(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], root: str,
@@ -390,9 +396,11 @@ class QdrantSync:
         report.failed.extend(bad)
         entries, left_out, blank = check_empty(entries, skip_empty)
         report.warnings.extend(blank)
-        self.ensure_collection(documents=entries)  # before any write
-        plan = plan_sync(self.collection, entries, left_out, bad, stored if stored is not None else self.scan(),
-                         root, delete_missing, keep_ids, allow_mass_delete)
+        self.ensure_collection(documents=entries, root=root)  # before any write
+        stored = stored if stored is not None else self.scan()
+        plan = plan_sync(self.collection, entries, left_out, bad, stored, root, delete_missing, keep_ids,
+                         allow_mass_delete)
+        self._record_root(root, stored)
         report.failed.extend(plan.failed)
         report.warnings.extend(plan.warnings)
         report.metadata_updated, report.unchanged = plan.metadata_updated, plan.unchanged
@@ -418,10 +426,24 @@ class QdrantSync:
         report.seconds = time.perf_counter() - start
         return report
 
+    def _record_root(self, root: str, stored: StoredDocuments) -> None:
+        """Record ``root`` among the collection's writers before it writes (what a damaged collection's rebuild
+        reads to know whose documents no source of its holds). A collection whose record predates the list gets the
+        roots its points were stamped with, unless some points of an earlier recemb name none."""
+        roots = {root}
+        if self.record.roots is None:
+            found = set(stored.seen.values())
+            if None in found:  # who wrote those cannot be told: no list rather than a wrong one
+                return
+            roots |= found
+        if (recorded := self.record.with_roots(roots)) is not None:
+            self.calls.apply(self.collection, UpdateRecord(recorded.metadata()))
+            self.record = recorded
+
     def _rebuild(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], stored: StoredDocuments | None,
                  root: str, start: float, show_progress_bar: bool | None,
                  on_document: Callable[[str, str], None] | None, keep_ids: Iterable[str], allow_mass_delete: bool,
-                 skip_empty: bool, executor: Executor | None) -> SyncReport:
+                 skip_empty: bool, executor: Executor | None, drop_other_writers: bool = False) -> SyncReport:
         """Rebuild the collection from ``entries`` with this instance's settings (``rebuild``'s module docstring):
         the staging collection is synced from the same first pass, and its record is the one its sync made.
         ``root``: the entries' owner ("" a folder's, ``API_ROOT`` the Python API's), kept by the rebuilt documents."""
@@ -440,6 +462,9 @@ class QdrantSync:
             settings = decide_settings(None, self.requested)
         if damage is not None and not allow_mass_delete:
             raise MassDeletionError(damaged_rebuild_refusal(self.collection), self.collection, damaged=True)
+        if damage is not None and not drop_other_writers and (
+                refusal := damaged_roots_refusal(self.collection, live, root)) is not None:
+            raise RebuildError(refusal)
         if stored is not None:
             kept, left_out, _ = check_empty(entries, skip_empty)
             stale = rebuild_deletions(self.collection, stored, root, kept, left_out, bad, keep_ids,

@@ -1,6 +1,8 @@
 """The second pass of a sync: read the documents to (re-)embed again, a batch at a time, embed them and make their
 points' writes, each document's passages before its own point (the point that carries its content hash: a crash
-before it leaves the old hash, or no point, and the next sync redoes the document). A long document is tokenized
+before it leaves no point, and the next sync redoes the document). A changed document's old own point is removed
+before the first of its new points is written, so no crash leaves its old version visible with part of its
+passages overwritten: a search shows all of a version or none of it. A long document is tokenized
 in windows and embedded as a stream, its passages cut from the same stream: memory is bounded by a batch (or one
 long document), not by the corpus.
 
@@ -33,7 +35,7 @@ from recemb_integrations.qdrant.points import (
 )
 from recemb_integrations.qdrant.record import ONE_PASS, PASSAGES_ONLY, WHOLE_AND_PASSAGES, SyncSettings, bm25_encoders
 from recemb_integrations.qdrant.vectors import check_vector
-from recemb_integrations.qdrant.writes import DeleteStalePassages, Upsert, Write
+from recemb_integrations.qdrant.writes import DeletePoints, DeleteStalePassages, Upsert, Write
 from recemb_integrations.stores import StoredPoint
 from recemb_integrations.terminal import escape
 
@@ -166,6 +168,7 @@ class DocumentWriter:
                 [ids[i] for i in one_pass], list(passage_ends(settings, longest)), normalize=True)
             for i, vector, found in zip(one_pass, made.cpu().numpy(), branches):
                 passes[i] = (vector, list(found.cpu().numpy()))
+        self._retract(doc for doc, action in batch if action == "updated")
         finished = []
         for i, ((doc, action), doc_pieces, stream) in enumerate(zip(batch, pieces, streams)):
             text_hash, n_passages, embedded = content_hash(doc.text), 0, stream.tokens if i in whole_rows else 0
@@ -237,6 +240,8 @@ class DocumentWriter:
             with tqdm(total=len(doc.text), disable=not show, unit="char", unit_scale=True, leave=False,
                       desc=_short(doc.id)) as bar:
                 text_hash = content_hash(doc.text)
+                if action == "updated":
+                    self._retract([doc])
                 settings = self.job.settings
                 mode = settings.long_documents if settings.passages else WHOLE_AND_PASSAGES
                 passages = (PassageWriter(self, doc, text_hash, given=mode == ONE_PASS, keep_head=mode == PASSAGES_ONLY)
@@ -279,15 +284,23 @@ class DocumentWriter:
         self._complete([(doc, action, vector, stream, n_passages, text_hash, embedded)], outcome)
         return outcome
 
+    def _retract(self, changed: Iterable[Document]) -> None:
+        """Remove the own points of changed documents before any of their new points is written: until the new own
+        point lands, no search shows either version (the passages of each are hidden without their own point)."""
+        ids = tuple(point_id(doc.id) for doc in changed)
+        if ids:
+            self.emit(DeletePoints(ids))
+
     def _complete(self, finished: list[tuple[Document, str, Any, TokenStream, int, str, int]],
                   outcome: WriteOutcome) -> None:
         """Write the own points of documents whose passages are all written, and account for them: one delete of
-        their stale passages, one upsert of their points. A crash before the upsert leaves their old hashes (or no
-        point), so the next sync redoes them."""
+        their stale passages, one upsert of their points. A crash before the upsert leaves them without an own
+        point (a changed one's was retracted), so the next sync redoes them."""
         job = self.job
-        stale = tuple((doc.id, n_passages) for doc, action, _, _, n_passages, _, _ in finished
-                      if action == "updated" or n_passages)
-        if stale:  # passages beyond the new count belong to an older version of the text
+        # Passages beyond the new count belong to an older version of the text: an updated document's, or an added
+        # one's whose earlier sync was stopped before its own point (nothing else told of them).
+        stale = tuple((doc.id, n_passages) for doc, _, _, _, n_passages, _, _ in finished)
+        if stale:
             self.emit(DeleteStalePassages(stale))
         points = []
         for doc, _, vector, stream, n_passages, text_hash, _ in finished:

@@ -45,10 +45,12 @@ from recemb_integrations.stores.edge_checks import (
 )
 from recemb_integrations.stores.edge_files import (
     COLLECTION_FILE,
+    EDGE_LOCK,
     EDGE_MARKER,
     STORE_FORMAT,
     copy_store,
     fsync_dir,
+    holds_other_files,
     lock,
     read_marker,
     read_record,
@@ -93,7 +95,7 @@ class EdgeCollections(Store):
         marker = self.root / EDGE_MARKER
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root} is a file, not a folder; give the folder of an embedded store")
-        if self.root.is_dir() and not marker.is_file() and any(self.root.iterdir()):
+        if self.root.is_dir() and not marker.is_file() and holds_other_files(self.root):
             raise StoreError(f"{self.root} holds other files but no recemb store; give a new or empty folder (a store "
                              "writes its own files there)")
         if self.root.is_dir() and (why := not_writable(self.root)) and read_only == "copy" and marker.is_file():
@@ -107,7 +109,7 @@ class EdgeCollections(Store):
                              "writes to a collection's files when it opens them, even to search; copy the store to a "
                              "folder you can write and give that folder (--qdrant-path)")
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = lock(self.root / ".lock", self._where)
+        self._lock_file = lock(self.root / EDGE_LOCK, self._where)
         self._memory_backed = memory_backed(self.root)
         if not marker.is_file():
             try:

@@ -15,12 +15,20 @@ from typing import Any
 from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError
 from recemb_integrations.stores.edge_checks import RECOVER, SPACE_FLOOR, file_usage, free_space, one_line, size_text
 
-__all__ = ["COLLECTION_FILE", "EDGE_MARKER", "STORE_FORMAT", "copy_store", "fsync_dir", "lock", "read_marker",
-           "read_record", "write_file", "write_json"]
+__all__ = ["COLLECTION_FILE", "EDGE_LOCK", "EDGE_MARKER", "STORE_FORMAT", "copy_store", "fsync_dir",
+           "holds_other_files", "lock", "read_marker", "read_record", "write_file", "write_json"]
 
 EDGE_MARKER = "recemb-edge.json"
 STORE_FORMAT = 1
 COLLECTION_FILE = "collection.json"
+EDGE_LOCK = ".lock"
+
+
+def holds_other_files(folder: Path) -> bool:
+    """Whether a folder with no store marker holds anything but a store's lock: the process creating a store holds
+    the lock before it writes the marker (another process is then refused by the lock, as in use), and one killed
+    in between leaves the lock alone, in a folder that is still new."""
+    return any(entry.name != EDGE_LOCK for entry in folder.iterdir())
 
 
 def read_marker(marker: Path) -> int:
@@ -123,7 +131,7 @@ def copy_store(root: Path, where: str, why: str) -> Path:
                          "disk with room")
     copy = scratch / "store"
     try:
-        shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".lock", ".trash-*"), symlinks=True,
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns(EDGE_LOCK, ".trash-*"), symlinks=True,
                         copy_function=_copy_sparse)
         for folder, _, files in os.walk(copy):  # writable, as Edge needs it (a read-only mount's modes come along)
             os.chmod(folder, 0o700)
