@@ -37,7 +37,8 @@ from recemb_integrations.framework_collection import (  # noqa: E402
 )
 from recemb_integrations.langchain import RecEmbEmbeddings  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
-from recemb_integrations.qdrant.external import ExternalEmbedder  # noqa: E402
+from recemb_integrations.qdrant.external import MODEL_OPTIONS, ExternalEmbedder  # noqa: E402
+from recemb_integrations.qdrant.external import external_embedder as other_model  # noqa: E402
 from recemb_integrations.qdrant.points import content_hash  # noqa: E402
 
 __all__ = ["RecembRetriever", "RecembVectorStore", "content_id"]
@@ -53,12 +54,14 @@ def content_id(text: str, metadata: dict[str, Any] | None = None) -> str:
     return "sha256-" + content_hash(text + "\x00" + json.dumps(metadata or {}, sort_keys=True, default=str))[:32]
 
 
-def external_embedder(embedding: Any) -> ExternalEmbedder:
-    """Another LangChain ``Embeddings`` as the main job's embedder (its dimension probed by one query)."""
+def external_embedder(embedding: Any, **cut: Any) -> ExternalEmbedder:
+    """Another LangChain ``Embeddings`` as the main job's embedder: its passages cut by the tokenizer of the
+    sentence-transformers model it holds (``HuggingFaceEmbeddings``), else to a budget of characters; ``cut``:
+    ``MODEL_OPTIONS`` (``qdrant.external.external_embedder``)."""
     name = getattr(embedding, "model_name", None) or getattr(embedding, "model", None)
     label = f"langchain:{type(embedding).__name__}" + (f":{name}" if isinstance(name, str) and name else "")
-    dim = len(embedding.embed_query("dimension"))
-    return ExternalEmbedder(label, dim, embedding.embed_documents, embedding.embed_query)
+    return other_model(embedding, name=label, embed_documents=embedding.embed_documents,
+                       embed_query=embedding.embed_query, **cut)
 
 
 class RecembVectorStore(_vectorstores.VectorStore):
@@ -99,10 +102,14 @@ class RecembVectorStore(_vectorstores.VectorStore):
             raise TypeError(f"embedding must be a LangChain Embeddings, got {type(embedding).__name__}")
         self._embedding = embedding
         self.granularity, self.per_document = check_granularity(granularity), per_document
+        cut = {k: options.pop(k) for k in MODEL_OPTIONS if k in options}
         if isinstance(embedding, RecEmbEmbeddings):
+            if cut:
+                raise TypeError(f"{next(iter(cut))} is for another library's model; recemb's own cuts its passages "
+                                "by passage_tokens")
             make, instruction = (lambda: embedding.embedder), embedding.query_instruction
         else:
-            make, instruction = (lambda: external_embedder(embedding)), None
+            make, instruction = (lambda: external_embedder(embedding, **cut)), None
         self.collection = FrameworkCollection(collection_name, make, path=path, url=url, api_key=api_key,
                                               client=client, store_kind=store_kind, instruction=instruction,
                                               **options)

@@ -55,7 +55,7 @@ from recemb_integrations.llama_index import RecEmbEmbedding  # noqa: E402
 from recemb_integrations.qdrant.collection import read_record  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.documents import StoredDocument, check_document_ids  # noqa: E402
-from recemb_integrations.qdrant.external import ExternalEmbedder  # noqa: E402
+from recemb_integrations.qdrant.external import MODEL_OPTIONS, ExternalEmbedder, external_embedder  # noqa: E402
 from recemb_integrations.qdrant.points import KIND_PASSAGE  # noqa: E402
 
 __all__ = ["EmbedInStore", "GIVEN_VECTORS", "NODE_KEY", "REF_DOC_KEY", "RecembVectorStore", "qdrant_filter",
@@ -189,6 +189,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
     _collection: Any = _pydantic.PrivateAttr()
     _embed_model: Any = _pydantic.PrivateAttr(default=None)
     _vector_dim: int | None = _pydantic.PrivateAttr(default=None)
+    _cut: dict = _pydantic.PrivateAttr(default_factory=dict)
 
     def __init__(self, collection_name: str, *, path: str | os.PathLike | None = None, url: str | None = None,
                  api_key: str | None = None, client: Any = None, embed_model: Any = None, store_kind: str = "auto",
@@ -202,6 +203,10 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         super().__init__(collection_name=collection_name, path=os.fspath(path) if path is not None else None, url=url,
                          store_kind=store_kind, granularity=granularity, per_document=per_document)
         self._embed_model = embed_model
+        self._cut = {k: options.pop(k) for k in MODEL_OPTIONS if k in options}
+        if self._cut and (embed_model is None or isinstance(embed_model, RecEmbEmbedding)):
+            raise TypeError(f"{next(iter(self._cut))} is for another library's embed_model; recemb's own cuts its "
+                            "passages by passage_tokens")
         instruction = embed_model.query_instruction if isinstance(embed_model, RecEmbEmbedding) else None
         self._collection = FrameworkCollection(collection_name, self._make_embedder, path=path, url=url,
                                                api_key=api_key, client=client, store_kind=store_kind,
@@ -241,9 +246,9 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         if isinstance(model, RecEmbEmbedding):
             return model.embedder
         if model is not None:
-            return ExternalEmbedder(f"llama-index:{type(model).__name__}:{model.model_name}",
-                                    len(model.get_query_embedding("dimension")), model.get_text_embedding_batch,
-                                    model.get_query_embedding)
+            return external_embedder(model, name=f"llama-index:{type(model).__name__}:{model.model_name}",
+                                     embed_documents=model.get_text_embedding_batch,
+                                     embed_query=model.get_query_embedding, **self._cut)
         dim = self._vector_dim or self._recorded_dim()
         if dim is None:
             raise ValueError("this RecembVectorStore was built without an embed_model and has seen no vector yet: "

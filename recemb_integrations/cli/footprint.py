@@ -76,20 +76,23 @@ def _recorded(record) -> dict | None:
     """The settings a collection recorded (what every sync and search of it uses), with its model and BM25."""
     if record is None:
         return None
-    return {**dataclasses.asdict(record.settings), "model": record.model, "bm25": record.bm25,
-            "recemb_version": record.data.get("recemb_version")}
+    cut = record.data.get("passages_cut")  # another library's model: how its passages are cut
+    return {**dataclasses.asdict(record.settings), "model": record.model, **({"passages_cut": cut} if cut else {}),
+            "bm25": record.bm25, "recemb_version": record.data.get("recemb_version")}
 
 
 def stats_text(stats, recorded: dict | None) -> str:
     """``recemb info --stats``: the points by kind, the documents by owner and the recorded settings."""
     owner_names = {"": "the folder sync without an id prefix", "framework": "a framework's vector store",
-                   None: "written before owners were recorded"}
+                   "api": "the Python API", None: "written before owners were recorded"}
     lines = [f"{'documents':>18}: {stats.documents:,}", f"{'passages':>18}: {stats.passages:,}"]
     for owner, n in stats.documents_by_owner.items():
         name = owner_names.get(owner) or f"the folder sync with id prefix {owner.rstrip('/')!r}"
         lines.append(f"{'':>18}  {n:,} documents of {escape(name)}")
     for key, value in (recorded or {}).items():
-        if key != "bm25":
+        if key == "passages_cut":
+            lines.append(f"{key:>18}: " + ", ".join(f"{k} {escape(_shown(v))}" for k, v in value.items()))
+        elif key != "bm25":
             lines.append(f"{key:>18}: {escape(_shown(value))}")
     if recorded and recorded.get("bm25"):
         bm25 = recorded["bm25"]

@@ -31,10 +31,14 @@ def chosen_model(args: argparse.Namespace) -> str | None:
     return args.model or os.environ.get("RECEMB_MODEL") or None
 
 
-def load_embedder(args: argparse.Namespace, model: str | None = None):
+def load_embedder(args: argparse.Namespace, model: str | None = None, cut: dict | None = None):
     """The named model, else ``model`` (a collection's recorded one), else the bundled default. Its ``name`` is
-    what a collection records: an absolute path for a local folder, so a search from another folder finds it."""
+    what a collection records: an absolute path for a local folder, so a search from another folder finds it. A
+    sentence-transformers model recemb does not run (a folder with ``modules.json`` whose architecture is not
+    recemb's, or a hub id) is loaded by sentence-transformers, its passages cut to its window (``cut``: what the
+    collection recorded of them, its prefixes and character budget, where no flag says otherwise)."""
     from recemb.core import DEFAULT_MODEL, DamagedCheckpointError, Embedder
+    from recemb.core.errors import ConfigError
     from recemb.core.memory import MemoryBudgetError
     from recemb.core.threads import ThreadsCappedWarning
 
@@ -42,6 +46,8 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
     model = chosen_model(args) or model or DEFAULT_MODEL
     local = Path(model).expanduser()
     name = str(local.resolve()) if local.is_dir() else model
+    if local.is_dir() and (local / "modules.json").is_file() and not runs_in_recemb(local):
+        return load_other_model(args, name, cut)
     try:
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", ThreadsCappedWarning)
@@ -53,6 +59,10 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
                                                 context_extension=getattr(args, "context_extension", None) or "auto")
     except (MemoryBudgetError, DamagedCheckpointError):
         raise  # the budget, or the file, is what to fix: their own message, not "pass --model"
+    except ConfigError as e:  # a hub id of an architecture recemb does not run: sentence-transformers may
+        if not local.is_dir() and (cut is not None or "is not an architecture recemb runs" in str(e)):
+            return load_other_model(args, name, cut)
+        raise
     except (OSError, ValueError) as e:
         if recorded:
             raise CommandError(f"the collection was built with model {model!r}, which cannot be loaded here ({e}); "
@@ -66,6 +76,43 @@ def load_embedder(args: argparse.Namespace, model: str | None = None):
         else:
             warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
     return embedder
+
+
+def runs_in_recemb(folder: Path) -> bool:
+    """Whether a model folder is of an architecture recemb runs (its ``config.json``'s ``model_type``)."""
+    from recemb.core.architectures.registry import detect
+
+    try:
+        detect(folder)
+    except (OSError, ValueError):  # (a ConfigError is a ValueError)
+        return False
+    return True
+
+
+def load_other_model(args: argparse.Namespace, name: str, cut: dict | None):
+    """A sentence-transformers model as the main job's embedder (``qdrant.external.external_embedder``)."""
+    from recemb_integrations._imports import extra_hint
+    from recemb_integrations.qdrant.external import external_embedder
+
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        raise CommandError(f"{name} is a sentence-transformers model, which needs the sentence-transformers "
+                           f"package ({extra_hint('sentence-transformers')})") from e
+    cut = cut or {}
+    characters = getattr(args, "passage_characters", None)
+    if characters is None and cut.get("by") == "characters":
+        characters = cut.get("characters")
+    query_prefix = getattr(args, "query_prefix", None)
+    document_prefix = getattr(args, "document_prefix", None)
+    try:
+        model = SentenceTransformer(name, device=args.device or None)
+    except (OSError, ValueError) as e:
+        raise CommandError(f"cannot load the sentence-transformers model {name}: {e}") from e
+    return external_embedder(model, name=name, passage_characters=characters,
+                             query_prefix=cut.get("query_prefix", "") if query_prefix is None else query_prefix,
+                             document_prefix=cut.get("document_prefix", "") if document_prefix is None
+                             else document_prefix)
 
 
 def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True,

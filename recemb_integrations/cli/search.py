@@ -64,7 +64,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if (refusal := record.search_refusal(args.mode, args.granularity)) is not None:
             raise CommandError(refusal)  # before the model loads
         # The collection's own model unless one is named: search needs no flag the sync had.
-        embedder = resources.load_embedder(args, model=record.model)
+        embedder = resources.load_embedder(args, model=record.model, cut=record.data.get("passages_cut"))
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", SearchNotice)
             hits = QdrantSync.open(store, args.collection, embedder, record=record).search(

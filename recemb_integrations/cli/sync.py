@@ -60,6 +60,15 @@ def add_sync_command(commands) -> None:
     p.add_argument("--rebuild", action="store_true",
                    help="build the collection anew from PATHS with the given settings (e.g. a recemb 0.1 collection "
                         "to hybrid): the new one is built beside it and replaces it only when complete")
+    p.add_argument("--passage-characters", type=positive_int, metavar="N",
+                   help="with a sentence-transformers --model: passages of at most N characters instead of its "
+                        "tokenizer's window (recorded)")
+    p.add_argument("--query-prefix", metavar="TEXT",
+                   help="with a sentence-transformers --model: what its queries begin with (an E5 model's "
+                        "'query: '), recorded for searches")
+    p.add_argument("--document-prefix", metavar="TEXT",
+                   help="with a sentence-transformers --model: what every text embedded for the collection begins "
+                        "with (an E5 model's 'passage: '), recorded")
     p.add_argument("--drop-other-writers", action="store_true",
                    help="with --rebuild of a damaged collection: drop, unread, the documents that a framework's "
                         "store, the Python API or a folder with another --id-prefix wrote into it (refused "
@@ -158,7 +167,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if stored is not None:
             allow_mass_delete = _check_id_scheme(args, earlier_absolute_ids(stored), sources) or allow_mass_delete
         # An existing collection's own model unless one is named, as for search.
-        embedder = resources.load_embedder(args, model=record.model if record else None)
+        embedder = resources.load_embedder(args, model=record.model if record else None,
+                                           cut=record.data.get("passages_cut") if record else None)
+        if getattr(embedder, "external", False):  # another library's model: passages cut to its window
+            embedder, settings = _external_settings(args, record, requested, embedder)
         sync = QdrantSync(store, args.collection, embedder, settings, batch_size=args.batch_size,
                           index_metadata=FILE_METADATA_INDEXES, record=record)
         try:
@@ -192,6 +204,35 @@ def cmd_sync(args: argparse.Namespace) -> int:
                      "their folder, or a glob, to delete what is gone)")
     emit(args, data, "\n".join(lines))
     return EXIT_PARTIAL if report.failed else EXIT_OK
+
+
+def _external_settings(args, record, requested, embedder):
+    """(embedder, settings) of a sync with a sentence-transformers model: its passages cut to its window (or to
+    --passage-characters), a collection it embedded whole before passages kept so; recemb's passage flags
+    refused."""
+    from dataclasses import replace
+
+    from recemb_integrations.qdrant import SettingsConflict
+    from recemb_integrations.qdrant.record import NO_PASSAGES, PASSAGES_ONLY, decide_settings
+
+    given = [FLAGS[k] for k in ("passage_tokens", "passage_overlap", "passages_above", "long_documents")
+             if getattr(args, k, None) is not None]
+    if given or args.no_passages:
+        raise CommandError(f"{given[0] if given else '--no-passages'} is for recemb's own models; the passages of "
+                           f"{embedder.name} are cut to its window (--passage-characters N for a budget of "
+                           "characters instead)")
+    if record is not None and not record.settings.passages:
+        embedder, cut = embedder.whole(), None
+    else:
+        cut = embedder.passages
+    requested = replace(requested, passage_tokens=NO_PASSAGES) if cut is None else replace(
+        requested, passage_tokens=cut[0], passage_overlap=cut[1], passages_above=cut[0], long_documents=PASSAGES_ONLY)
+    try:
+        settings = decide_settings(record, requested, rebuild=args.rebuild)
+    except SettingsConflict as e:
+        raise CommandError(f"collection {args.collection!r} was built with passages cut otherwise ({e}); sync it "
+                           f"with the model and --passage-characters it was built with, or --rebuild it") from None
+    return embedder, settings
 
 
 def _mass_deletion_message(error) -> str:

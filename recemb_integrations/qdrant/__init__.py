@@ -58,8 +58,8 @@ _EXPORTS = {
     "content_hash": "points", "point_id": "points", "model_fingerprint": "points",
     "DEFAULT_FUSION": "search", "MAX_SEARCH_LIMIT": "search",
 }
-_ROOMS = ("calls", "collection", "documents", "errors", "external", "lengths", "plan", "points", "rebuild", "record",
-          "search", "sync", "vectors", "writer", "writes")
+_ROOMS = ("calls", "collection", "cutting", "documents", "errors", "external", "lengths", "plan", "points", "rebuild",
+          "record", "search", "sync", "vectors", "writer", "writes")
 
 __all__ = sorted(_EXPORTS)
 

@@ -22,15 +22,19 @@ PASSAGE_LEN_SAMPLE_CHARS = 4 << 20  # ... and tokenized by the model to turn pas
 
 
 def choose_bm25_settings(documents: Iterable[Any], language: str, tokenizer: Any = None,
-                         passage_tokens: int | None = None) -> dict[str, Any]:
+                         passage_tokens: int | None = None, count_units: Any = None) -> dict[str, Any]:
     """The BM25 settings of a new collection, average lengths included. ``documents``: anything with a ``text``
     (a read error skips the document: the sync reports it); ``tokenizer``: the model's, needed with
-    ``passage_tokens``."""
+    ``passage_tokens``; ``count_units``: in its place, a text's length in the unit passages are cut in (another
+    library's model: its tokens or characters, ``ExternalEmbedder.count``)."""
     bm25 = Bm25(language=language)
     lengths, budget = [], AVG_LEN_SAMPLE_CHARS
     sample_bm25 = sample_model = 0  # BM25 and model tokens of the text sampled for the passages' ratio
     sample_budget = PASSAGE_LEN_SAMPLE_CHARS
-    tokenizer = tokenizer if passage_tokens else None
+    if count_units is None and tokenizer is not None:
+        def count_units(text: str) -> int:
+            return sum(map(len, tokenizer.encode_stream(text))) - 1  # the EOS is not text
+    count_units = count_units if passage_tokens else None
     for doc in documents:
         if budget <= 0:
             break
@@ -40,11 +44,11 @@ def choose_bm25_settings(documents: Iterable[Any], language: str, tokenizer: Any
             continue
         budget -= len(text)
         lengths.append(bm25.length(text))
-        if tokenizer is not None and text.strip() and sample_budget > 0:
+        if count_units is not None and text.strip() and sample_budget > 0:
             sample = text[:sample_budget]
             sample_budget -= len(sample)
             sample_bm25 += bm25.length(sample)
-            sample_model += sum(map(len, tokenizer.encode_stream(sample))) - 1  # the EOS is not text
+            sample_model += count_units(sample)
     avg_len = sum(lengths) / len(lengths) if lengths and sum(lengths) > 0 else bm25.avg_len
     settings = bm25.with_avg_len(float(avg_len)).settings()
     if passage_tokens:

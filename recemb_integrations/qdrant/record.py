@@ -172,6 +172,7 @@ class ModelFacts:
     fingerprint: str
     dim: int
     max_length: int | None = None
+    passages_cut: Mapping[str, Any] | None = None  # another library's model: how its passages are cut (cutting.py)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ class CollectionRecord:
             "pooling": POOLING,
             "document_prompt": "",
             "max_length": model.max_length,
+            **({"passages_cut": dict(model.passages_cut)} if model.passages_cut and settings.passages else {}),
             "passage_tokens": settings.passage_tokens,
             "passage_overlap": settings.passage_overlap if settings.passages else None,
             "passages_above": settings.passages_above if settings.passages else None,
@@ -329,6 +331,11 @@ class CollectionRecord:
                                           "recemb knows; upgrade recemb")
         if self.data.get("max_length") != model.max_length:
             problems.append(f"max_length {self.data.get('max_length')} (collection) vs {model.max_length} (now)")
+        recorded, now = self.data.get("passages_cut"), model.passages_cut
+        if recorded and now:  # another library's model: its passages cut and prefixed as before
+            for key in ("by", "window", "characters", "overlap", "document_prefix", "document_vector"):
+                if recorded.get(key) != now.get(key):
+                    problems.append(f"passages' {key} {recorded.get(key)!r} (collection) vs {now.get(key)!r} (now)")
         if problems:
             raise CollectionMismatchError(
                 f"collection {self.collection!r} was built differently: " + "; ".join(problems)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from dataclasses import replace
 from typing import Any
 
 import recemb
@@ -29,6 +30,7 @@ from recemb_integrations.qdrant.errors import (
     NotOwnedError,
     RebuildError,
 )
+from recemb_integrations.qdrant.external import as_embedder
 from recemb_integrations.qdrant.plan import DELETE_BATCH, StoredDocuments, check_empty, plan_sync, sources_root
 from recemb_integrations.qdrant.points import (
     API_ROOT,
@@ -57,6 +59,7 @@ from recemb_integrations.qdrant.rebuild import (
 )
 from recemb_integrations.qdrant.record import (
     NO_PASSAGES,
+    PASSAGES_ONLY,
     CollectionRecord,
     ModelFacts,
     RequestedSettings,
@@ -163,6 +166,7 @@ class QdrantSync:
         index_metadata: dict[str, str] | None = None,
         record: CollectionRecord | None = None,
     ):
+        embedder = as_embedder(embedder)
         named = dict(passage_tokens=passage_tokens, passage_overlap=passage_overlap, passages_above=passages_above,
                      max_tokens=max_tokens, sparse=sparse, sparse_language=sparse_language, store_text=store_text,
                      long_documents=long_documents)
@@ -173,11 +177,19 @@ class QdrantSync:
             self.requested = settings.as_requested()
         else:  # impossible values fail now, before any model or store work; whether the collection agrees is
             # decided when its record is read (a rebuild may change what it recorded)
-            if getattr(embedder, "external", False):  # another library's model: no tokenizer, so no passages
-                if passage_tokens:
-                    raise ValueError(f"passages are cut and embedded by recemb's own model; {embedder.name} "
-                                     "embeds whole documents only (passage_tokens=0)")
-                named["passage_tokens"] = NO_PASSAGES
+            if getattr(embedder, "external", False):  # another library's model: passages cut to its window
+                given = [k for k in ("passage_tokens", "passage_overlap", "passages_above", "long_documents")
+                         if named[k] not in (None, 0)]
+                if given:
+                    raise ValueError(f"{given[0]} is a setting of recemb's own models; {embedder.name}'s passages "
+                                     "are cut to its own window (give the ExternalEmbedder a cutter, or "
+                                     "passage_characters= to external_embedder, for another size)")
+                cut = embedder.passages
+                if cut is None:
+                    named["passage_tokens"] = NO_PASSAGES
+                else:
+                    named.update(passage_tokens=cut[0], passage_overlap=cut[1], passages_above=cut[0],
+                                 long_documents=PASSAGES_ONLY)
             self.requested = RequestedSettings(**named)
             settings = decide_settings(None, self.requested)
         if settings.sparse:
@@ -231,7 +243,8 @@ class QdrantSync:
     @property
     def model(self) -> ModelFacts:
         """What the collection records of this instance's model, and checks."""
-        return ModelFacts(self.model_id, self.fingerprint, self.embedder.dim, self.embedder.max_length)
+        cut = self.embedder.describe_cut() if getattr(self.embedder, "external", False) else None
+        return ModelFacts(self.model_id, self.fingerprint, self.embedder.dim, self.embedder.max_length, cut)
 
     def expected_metadata(self) -> dict[str, Any]:
         """The record of a collection created by this instance, before its BM25 lengths are chosen."""
@@ -254,6 +267,12 @@ class QdrantSync:
         if self._prepared or (not create and self._read_checked):
             return
         record = self.record or read_record(self.store, self.collection, self.calls)
+        if (record is not None and getattr(self.embedder, "external", False) and self.embedder.cutter is not None
+                and not record.settings.passages and self._given is None):
+            # made for another library's model before its passages were cut: its documents stay whole
+            self.embedder = self.embedder.whole()
+            self.requested = replace(self.requested, passage_tokens=NO_PASSAGES, passage_overlap=None,
+                                     passages_above=None, long_documents=None)
         if not create:
             if record is None:
                 raise CollectionMismatchError(f"collection {self.collection!r} does not exist; "
@@ -264,6 +283,7 @@ class QdrantSync:
             return
         prepared = prepare_collection(self.calls, self.collection, record, self.requested, self.model,
                                       self.index_metadata, recemb.__version__, documents, self.embedder.tokenizer,
+                                      self.embedder.count if getattr(self.embedder, "external", False) else None,
                                       settings=self._given, root=root)
         self.record, self.settings, self._prepared = prepared.record, prepared.settings, True
 

@@ -39,10 +39,11 @@ from recemb_integrations.qdrant.writes import DeletePoints, DeleteStalePassages,
 from recemb_integrations.stores import StoredPoint
 from recemb_integrations.terminal import escape
 
-__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "Executor", "LocalExecutor", "PASSAGE_WRITE_BATCH", "WriteJob",
-           "passage_ends"]
+__all__ = ["BATCH_MAX_CHARS", "DocumentWriter", "EXTERNAL_PASSAGE_GROUP", "Executor", "LocalExecutor",
+           "PASSAGE_WRITE_BATCH", "WriteJob", "passage_ends"]
 
 PASSAGE_WRITE_BATCH = 64  # passages embedded and upserted together
+EXTERNAL_PASSAGE_GROUP = 256  # passages of another library's model embedded together, across documents
 BATCH_MAX_CHARS = 4 << 20  # text of one batch at most (its token ids are held as Python ints until embedded)
 # A document of at least this many characters with fewer than one token per this many is warned of: English
 # averages about four characters a token, CJK one or two; a whole file of one unbroken "word" gives three tokens.
@@ -136,7 +137,7 @@ class DocumentWriter:
         outcome = WriteOutcome(documents=len(batch))
         batch = self._checked_vectors(batch, outcome)
         if getattr(emb, "external", False):
-            return self._external(batch, outcome)
+            return self._external(batch, outcome, show_progress_bar)
         try:
             if emb.tokenizer is None:
                 emb.tokenize([])  # raises the error that names the missing tokenizer
@@ -206,24 +207,84 @@ class DocumentWriter:
             kept.append((doc, action))
         return kept
 
-    def _external(self, batch: list[tuple[Document, str]], outcome: WriteOutcome) -> WriteOutcome:
-        """Documents embedded whole by another library's model (``external.ExternalEmbedder``): no passages, no
-        tokens."""
-        todo = [doc for doc, _ in batch if doc.vector is None]
+    def _external(self, batch: list[tuple[Document, str]], outcome: WriteOutcome,
+                  show_progress_bar: bool | None = None) -> WriteOutcome:
+        """Documents embedded by another library's model (``external.ExternalEmbedder``): a document longer than
+        one passage (``cutting``) gets passages, embedded in groups across the batch's documents, and its own point
+        the normalised mean of their vectors (or the first's: ``document_vector``); a shorter one is embedded whole.
+        No tokens are counted."""
+        from tqdm.auto import tqdm
+
+        emb = self.embedder
+        cutter = emb.cutter if self.job.settings.passages else None
         try:
-            made = iter(self.embedder.encode_documents([doc.text for doc in todo]) if todo else ())
+            cuts = [cutter.spans(doc.text) if cutter is not None else [(0, len(doc.text))] for doc, _ in batch]
+        except Exception as e:  # the model's tokenizer failed: this batch's problem, not the sync's
+            outcome.failed += [(doc.id, f"cutting into passages failed: {e}") for doc, _ in batch]
+            return outcome
+        whole = [i for i, (doc, _) in enumerate(batch) if len(cuts[i]) == 1 and doc.vector is None]
+        long = [i for i in range(len(batch)) if len(cuts[i]) > 1]
+        try:
+            made = dict(zip(whole, emb.encode_documents([batch[i][0].text for i in whole]) if whole else ()))
         except Exception as e:  # the model's failure is this batch's
             outcome.failed += [(doc.id, f"embedding failed: {e}") for doc, _ in batch]
             return outcome
+        self._retract(doc for doc, action in batch if action == "updated")
+        hashes = [content_hash(doc.text) for doc, _ in batch]
+        sums: dict[int, np.ndarray] = {}
+        firsts: dict[int, np.ndarray] = {}
+        failed: set[int] = set()
+        queue = [(i, n, span) for i in long for n, span in enumerate(cuts[i])]
+        total = len(queue)
+        with tqdm(total=total, disable=not (show_progress_bar and total > EXTERNAL_PASSAGE_GROUP), unit="passage",
+                  leave=False, desc="passages") as bar:
+            for at in range(0, total, EXTERNAL_PASSAGE_GROUP):
+                group = [q for q in queue[at:at + EXTERNAL_PASSAGE_GROUP] if q[0] not in failed]
+                texts = [batch[i][0].text[a:b] for i, _, (a, b) in group]
+                try:
+                    vectors = emb.encode_documents(texts) if texts else ()
+                except Exception as e:
+                    for i in {i for i, _, _ in group}:
+                        failed.add(i)
+                        outcome.failed.append((batch[i][0].id, f"embedding failed: {e}"))
+                    continue
+                self._external_passages(batch, hashes, group, texts, vectors)
+                for (i, n, _), vector in zip(group, vectors):
+                    sums[i] = sums.get(i, 0) + np.asarray(vector, dtype=np.float64)
+                    if n == 0:
+                        firsts[i] = np.asarray(vector, dtype=np.float32)
+                bar.update(len(group))
         finished = []
-        for doc, action in batch:
-            vector = np.asarray(doc.vector if doc.vector is not None else next(made), dtype=np.float32)
+        for i, (doc, action) in enumerate(batch):
+            if i in failed:
+                continue
+            if doc.vector is not None:
+                vector = np.asarray(doc.vector, dtype=np.float32)
+            elif i in made:
+                vector = np.asarray(made[i], dtype=np.float32)
+            elif emb.document_vector == "first":
+                vector = firsts[i]
+            else:
+                vector = (sums[i] / np.linalg.norm(sums[i])).astype(np.float32)
             if not vector.any():
                 outcome.failed.append((doc.id, "its embedding is all zeros (the model gave no direction for it)"))
                 continue
-            finished.append((doc, action, vector, _UNTOKENIZED, 0, content_hash(doc.text), 0))
+            n_passages = len(cuts[i]) if i in long else 0
+            finished.append((doc, action, vector, _UNTOKENIZED, n_passages, hashes[i], 0))
         self._complete(finished, outcome)
         return outcome
+
+    def _external_passages(self, batch: list[tuple[Document, str]], hashes: list[str],
+                           group: list[tuple[int, int, tuple[int, int]]], texts: list[str], vectors) -> None:
+        """One upsert of a group of passages of an external model's documents (before their own points)."""
+        job, points = self.job, []
+        for (i, n, span), text, vector in zip(group, texts, vectors):
+            doc = batch[i][0]
+            payload = passage_payload(doc.id, n, doc.metadata, 0, job.root, span, hashes[i],
+                                      text if job.settings.store_text else None)
+            sparse = self.bm25_passages.embed_document(text) if self.bm25_passages is not None else None
+            points.append(StoredPoint(point_id(doc.id, n), payload, point_vectors(job.layout, vector, sparse)))
+        self.emit(Upsert(tuple(points)))
 
     def _streamed(self, doc: Document, action: str, show: bool) -> WriteOutcome:
         """A long document: tokenized in windows, embedded as a stream, passages cut from the same stream."""

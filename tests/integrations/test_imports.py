@@ -92,6 +92,7 @@ MODEL_FREE_ROOMS = ["recemb_integrations.qdrant", "recemb_integrations.qdrant.re
                     "recemb_integrations.qdrant.errors", "recemb_integrations.qdrant.lengths",
                     "recemb_integrations.qdrant.collection", "recemb_integrations.qdrant.calls",
                     "recemb_integrations.qdrant.rebuild", "recemb_integrations.qdrant.vectors",
+                    "recemb_integrations.qdrant.cutting", "recemb_integrations.qdrant.external",
                     "recemb_integrations.sources"]
 HEAVY = ("torch", "recemb.core.embedder", "recemb.core.streaming", "recemb.kernels", "qdrant_client", "transformers")
 

@@ -277,18 +277,28 @@ def test_a_long_node_gets_passages_with_their_places(tmp_path, tiny_folder, stor
         assert short.metadata == {"source": "n.txt"}  # a whole document no passage led to: the user's metadata
 
 
-def test_another_model_gives_one_point_per_node_and_vectors_can_come_with_the_nodes(tmp_path, tiny_folder,
-                                                                                     store_kind):
-    model = HashEmbedding(model_name="hash16")
+def test_another_model_gets_passages_of_its_own_and_vectors_can_come_with_the_nodes(tmp_path, tiny_folder,
+                                                                                      store_kind):
+    model = HashEmbedding(model_name="hash16")  # no tokenizer to be found: passages of 1,000 characters
     nodes = [TextNode(id_="log", text=LONG), TextNode(id_="tide", text="the tide follows the moon")]
     with RecembVectorStore("c", path=tmp_path / "s", store_kind=store_kind, embed_model=model, batch_size=1) as store:
         store.add(nodes)  # no embeddings given: the store embeds them with the model
         points = points_of(store, with_vectors=True)
-        assert sorted(p.payload["document_id"] for p in points) == ["log", "tide"]  # no passages, however long
+        kinds = sorted((p.payload["document_id"], p.payload["kind"]) for p in points)
+        assert kinds == [("log", "document"), ("log", "passage"), ("log", "passage"), ("tide", "document")]
+        passages = []
         for point in points:
             text = next(n.text for n in nodes if n.node_id == point.payload["document_id"])
-            assert_stored_dense(point.vector["dense"], unit(model.get_text_embedding(text)), rtol=1e-5)
+            if point.payload["kind"] == "passage":  # each passage embedded on its own, its characters the user's
+                text = text[point.payload["start"]:point.payload["end"]]
+                assert len(text) <= 1000
+                passages.append(np.asarray(unit(model.get_text_embedding(text)), np.float64))
+                assert_stored_dense(point.vector["dense"], passages[-1], rtol=1e-5)
+            elif point.payload["document_id"] == "tide":  # a text that fits: embedded whole
+                assert_stored_dense(point.vector["dense"], unit(model.get_text_embedding(text)), rtol=1e-5)
             assert point.vector.get("bm25") is not None  # recemb's BM25 beside it
+        own = next(p for p in points if p.payload["document_id"] == "log" and p.payload["kind"] == "document")
+        assert_stored_dense(own.vector["dense"], unit(sum(passages)), rtol=1e-3)  # where its passages point
         assert store.collection.sync.record.model == "llama-index:HashEmbedding:hash16"
         assert store.query(VectorStoreQuery(query_str="tide moon", similarity_top_k=1)).ids == ["tide"]
     with RecembVectorStore("c", path=tmp_path / "s", embed_model=tiny_model(tiny_folder)) as other:

@@ -61,3 +61,62 @@ def test_a_vector_store_snippet_runs_as_pasted(first_line, module, says, tmp_pat
     done = run_here([sys.executable, "snippet.py"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tides.md" in done.stdout and says in done.stdout, done.stdout
+
+
+# ---------------------------------------------------------------------- your own embedding model (issue #62)
+OWN_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory):
+    """A Hugging Face cache holding a tiny random sentence-transformers model under the README's model id (read
+    with HF_HUB_OFFLINE=1: nothing is downloaded)."""
+    pytest.importorskip("sentence_transformers")
+    import shutil
+
+    from tests.integrations.other_models import build_sentence_transformer
+
+    root = tmp_path_factory.mktemp("hub")
+    folder = build_sentence_transformer(root / "build" / "tiny", window=48)
+    commit = "e" * 40
+    repo = root / "cache" / ("models--" + OWN_MODEL.replace("/", "--"))
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return root / "cache"
+
+
+def bash_block(first_line: str) -> str:
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    found = [b for b in blocks if b.startswith(first_line)]
+    assert len(found) == 1, f"{len(found)} README blocks start with {first_line!r}"
+    return found[0]
+
+
+@pytest.mark.parametrize("first_line,module,says", [
+    ("# LangChain with your model:", "langchain_huggingface", "tides.md"),
+    ("# LlamaIndex with your model:", "llama_index.embeddings.huggingface", "tides.md"),
+    ("# The Python API with your model:", "sentence_transformers", "passages cut by the model's own tokenizer"),
+])
+def test_an_own_model_snippet_runs_as_pasted(first_line, module, says, tmp_path, hub_cache):
+    pytest.importorskip(module)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "snippet.py").write_text(python_block(first_line), encoding="utf-8")
+    # (LlamaIndex's HuggingFaceEmbedding keeps its models in a cache of its own)
+    done = run_here([sys.executable, "snippet.py"], tmp_path, {"HF_HUB_CACHE": str(hub_cache),
+                                                              "LLAMA_INDEX_CACHE_DIR": str(hub_cache)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert says in done.stdout, done.stdout
+
+
+def test_the_own_model_commands_run_as_pasted(tmp_path, hub_cache):
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {"HF_HUB_CACHE": str(hub_cache), "RECEMB_QDRANT_PATH": str(tmp_path / "store")}
+    outputs = []
+    for line in bash_block("recemb sync examples/documents --model").splitlines():
+        command = shlex.split(line.split("#")[0])
+        assert command[0] == "recemb"
+        done = run_here([sys.executable, "-m", "recemb_integrations.cli", *command[1:]], tmp_path, env)
+        assert done.returncode == 0, (line, done.stderr[-3000:])
+        outputs.append(done.stdout)
+    assert "tides.md" in outputs[1] and "passages_cut: by tokenizer" in outputs[2], outputs
