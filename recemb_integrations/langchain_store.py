@@ -103,6 +103,8 @@ class RecembVectorStore(_vectorstores.VectorStore):
         self._embedding = embedding
         self.granularity, self.per_document = check_granularity(granularity), per_document
         cut = {k: options.pop(k) for k in MODEL_OPTIONS if k in options}
+        if not isinstance(embedding, RecEmbEmbeddings) and "passage_tokens" in options:  # cut by its tokenizer
+            cut["passage_tokens"] = options.pop("passage_tokens")
         if isinstance(embedding, RecEmbEmbeddings):
             if cut:
                 raise TypeError(f"{next(iter(cut))} is for another library's model; recemb's own cuts its passages "

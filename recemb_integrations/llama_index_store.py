@@ -204,6 +204,8 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
                          store_kind=store_kind, granularity=granularity, per_document=per_document)
         self._embed_model = embed_model
         self._cut = {k: options.pop(k) for k in MODEL_OPTIONS if k in options}
+        if embed_model is not None and not isinstance(embed_model, RecEmbEmbedding) and "passage_tokens" in options:
+            self._cut["passage_tokens"] = options.pop("passage_tokens")  # cut by its tokenizer
         if self._cut and (embed_model is None or isinstance(embed_model, RecEmbEmbedding)):
             raise TypeError(f"{next(iter(self._cut))} is for another library's embed_model; recemb's own cuts its "
                             "passages by passage_tokens")

@@ -103,16 +103,20 @@ def load_other_model(args: argparse.Namespace, name: str, cut: dict | None):
     characters = getattr(args, "passage_characters", None)
     if characters is None and cut.get("by") == "characters":
         characters = cut.get("characters")
+    tokens = getattr(args, "passage_tokens", None) or (cut.get("tokens") if cut.get("by") == "tokenizer" else None)
     query_prefix = getattr(args, "query_prefix", None)
     document_prefix = getattr(args, "document_prefix", None)
     try:
         model = SentenceTransformer(name, device=args.device or None)
     except (OSError, ValueError) as e:
         raise CommandError(f"cannot load the sentence-transformers model {name}: {e}") from e
-    return external_embedder(model, name=name, passage_characters=characters,
-                             query_prefix=cut.get("query_prefix", "") if query_prefix is None else query_prefix,
-                             document_prefix=cut.get("document_prefix", "") if document_prefix is None
-                             else document_prefix)
+    try:
+        return external_embedder(model, name=name, passage_characters=characters, passage_tokens=tokens,
+                                 query_prefix=cut.get("query_prefix", "") if query_prefix is None else query_prefix,
+                                 document_prefix=cut.get("document_prefix", "") if document_prefix is None
+                                 else document_prefix)
+    except ValueError as e:  # a passage size the model cannot take
+        raise CommandError(f"--passage-tokens / --passage-characters: {e}") from e
 
 
 def open_qdrant(args: argparse.Namespace, create: bool = True, environment_url: bool = True,

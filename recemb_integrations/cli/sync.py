@@ -215,12 +215,12 @@ def _external_settings(args, record, requested, embedder):
     from recemb_integrations.qdrant import SettingsConflict
     from recemb_integrations.qdrant.record import NO_PASSAGES, PASSAGES_ONLY, decide_settings
 
-    given = [FLAGS[k] for k in ("passage_tokens", "passage_overlap", "passages_above", "long_documents")
+    given = [FLAGS[k] for k in ("passage_overlap", "passages_above", "long_documents")
              if getattr(args, k, None) is not None]
     if given or args.no_passages:
         raise CommandError(f"{given[0] if given else '--no-passages'} is for recemb's own models; the passages of "
-                           f"{embedder.name} are cut to its window (--passage-characters N for a budget of "
-                           "characters instead)")
+                           f"{embedder.name} are cut to its window (--passage-tokens N for fewer tokens, "
+                           "--passage-characters N for a budget of characters instead)")
     if record is not None and not record.settings.passages:
         embedder, cut = embedder.whole(), None
     else:

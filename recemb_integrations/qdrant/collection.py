@@ -115,15 +115,17 @@ def existing_collection_writes(record: CollectionRecord, requested: RequestedSet
 def prepare_collection(calls: StoreCalls, collection: str, record: CollectionRecord | None,
                        requested: RequestedSettings, model: ModelFacts, index_metadata: Mapping[str, str],
                        version: str, documents: Iterable[Any] = (), tokenizer: Any = None, count_units: Any = None,
-                       settings: SyncSettings | None = None, root: str | None = None) -> Prepared:
+                       settings: SyncSettings | None = None, root: str | None = None,
+                       found_by_passages: bool = False) -> Prepared:
     """Create the collection (``record`` None: it does not exist; its BM25 average lengths sampled from
     ``documents``, passage lengths measured with ``tokenizer``), or check and bring up to date the one ``record``
     describes; its writes applied. Nothing is written when a check fails. ``settings``: the settings ``requested``
-    names whole, if so: a new collection takes them as they are (decided already)."""
+    names whole, if so: a new collection takes them as they are (decided already). ``found_by_passages``: its long
+    documents will be found by their passages alone (one BM25 average length, ``lengths.choose_bm25_settings``)."""
     if record is None:
         settings = settings or decide_settings(None, requested)
         bm25 = choose_bm25_settings(documents, settings.sparse_language, tokenizer, settings.passage_tokens,
-                                    count_units) \
+                                    count_units, settings.passage_overlap, found_by_passages) \
             if settings.sparse else None
         prepared = new_collection_writes(collection, settings, model, bm25, index_metadata, version, root)
     else:

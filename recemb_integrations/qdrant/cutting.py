@@ -85,12 +85,14 @@ class CharacterCutter:
 @dataclass(frozen=True)
 class TokenCutter:
     """Passages of the model's own tokens: each span's text, tokenized with the model's special tokens, is at most
-    ``window`` tokens; consecutive passages share about ``overlap`` tokens. ``name``: the tokenizer's (recorded)."""
+    ``window`` tokens, and holds at most ``tokens`` of text (None: as many as the window takes); consecutive
+    passages share about ``overlap`` tokens. ``name``: the tokenizer's (recorded)."""
 
     tokenizer: Any = field(compare=False, repr=False)
     window: int
-    overlap: int = -1  # -1: DEFAULT_OVERLAP_FRACTION of the window's text tokens
+    overlap: int = -1  # -1: DEFAULT_OVERLAP_FRACTION of a passage's tokens
     name: str = ""
+    tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not getattr(self.tokenizer, "is_fast", False):
@@ -98,19 +100,26 @@ class TokenCutter:
                              "Face tokenizer gives; give a character budget instead")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 8:
             raise ValueError(f"a model's window must be an int of at least 8 tokens, got {self.window!r}")
+        room = self.window - self.tokenizer.num_special_tokens_to_add(pair=False)
+        if self.tokens is not None and (isinstance(self.tokens, bool) or not isinstance(self.tokens, int)
+                                        or not 8 <= self.tokens <= room):
+            raise ValueError(f"a passage of this model holds from 8 to {room} tokens of text (its window of "
+                             f"{self.window} less its special tokens), got {self.tokens!r}")
         if self.overlap == -1:
             object.__setattr__(self, "overlap", int(self.body * DEFAULT_OVERLAP_FRACTION))
         overlap = self.overlap
         if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < self.body // 2:
-            raise ValueError(f"the overlap must be an int from 0 to half the window, got {self.overlap!r}")
+            raise ValueError(f"the overlap must be an int from 0 to half a passage, got {self.overlap!r}")
 
     @property
     def body(self) -> int:
-        """The text tokens a passage may hold: the window less the special tokens the model adds."""
-        return self.window - self.tokenizer.num_special_tokens_to_add(pair=False)
+        """The text tokens a passage holds at most: ``tokens``, else the window less the special tokens the model
+        adds."""
+        return self.tokens or self.window - self.tokenizer.num_special_tokens_to_add(pair=False)
 
     def describe(self) -> dict[str, Any]:
-        return {"by": "tokenizer", "tokenizer": self.name, "window": self.window, "overlap": self.overlap}
+        return {"by": "tokenizer", "tokenizer": self.name, "window": self.window, "tokens": self.body,
+                "overlap": self.overlap}
 
     def count(self, text: str) -> int:
         return sum(len(ids) for ids, _ in self._pieces(text))
@@ -166,11 +175,12 @@ class TokenCutter:
 
 
 def cutter_for(tokenizer: Any = None, window: int | None = None, characters: int | None = None,
-               name: str = "") -> TokenCutter | CharacterCutter:
-    """A ``TokenCutter`` where the model gives a fast tokenizer and its window, else a ``CharacterCutter`` of
-    ``characters`` (``DEFAULT_CHARACTERS`` where not given). ``characters`` given wins: the user's choice."""
+               name: str = "", tokens: int | None = None) -> TokenCutter | CharacterCutter:
+    """A ``TokenCutter`` where the model gives a fast tokenizer and its window (passages of at most ``tokens``
+    text tokens: None, the window's), else a ``CharacterCutter`` of ``characters`` (``DEFAULT_CHARACTERS`` where
+    not given). ``characters`` given wins: the user's choice."""
     if characters is not None:
         return CharacterCutter(characters)
     if tokenizer is not None and window is not None and getattr(tokenizer, "is_fast", False):
-        return TokenCutter(tokenizer, int(window), name=name)
+        return TokenCutter(tokenizer, int(window), name=name, tokens=tokens)
     return CharacterCutter()

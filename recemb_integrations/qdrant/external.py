@@ -4,7 +4,8 @@ A sentence-transformers model, a LangChain ``Embeddings`` or a LlamaIndex embed 
 recemb collection as recemb's own does: long documents are cut into passages that fit the model's window
 (``cutting.TokenCutter`` with the model's own tokenizer where it exposes one, else ``cutting.CharacterCutter``), each
 passage is embedded on its own with recemb's BM25 vector beside it, and the document's own point carries the
-normalised mean of its passages' vectors (``DOCUMENT_VECTORS``; measured in docs/benchmarks.md). What needs
+normalised mean of its passages' vectors, which a search does not read: a long document is found by its passages
+(``DOCUMENT_VECTORS``; measured in docs/benchmarks.md). What needs
 recemb's own model is off: streaming a long document through a recurrent state, a token count. The collection
 records the model by name and dimension (``fingerprint``) and how its passages were cut, so a sync with another
 model or another window is refused as with recemb's own.
@@ -20,18 +21,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from recemb_integrations.qdrant.cutting import CharacterCutter, TokenCutter, cutter_for
+from recemb_integrations.qdrant.record import DEFAULT_PASSAGE_TOKENS
 
 __all__ = ["DOCUMENT_VECTORS", "MODEL_OPTIONS", "ExternalEmbedder", "as_embedder", "external_embedder",
            "sentence_transformer_of"]
 
-# How a long document's own vector is made from its passages: "mean" (the normalised mean of its passages' vectors,
-# the default: docs/benchmarks.md, "Any embedding model") or "first" (its first passage's, the first window's).
-DOCUMENT_VECTORS = ("mean", "first")
+# A long document's own vector: "none" (the default: a search finds it by its passages alone, and its own point holds
+# their normalised mean, which no search reads), "mean" (that mean, searched beside the passages) or "first" (its
+# first passage's). Chosen by measurement (docs/benchmarks.md, "Any embedding model"): "none" is far ahead where
+# documents are longer than a passage and within noise of the others on the IR collections.
+DOCUMENT_VECTORS = ("none", "mean", "first")
 # What a framework's store passes on to ``external_embedder`` for another library's model.
 MODEL_OPTIONS = ("passage_characters", "query_prefix", "document_prefix", "document_vector")
 
@@ -51,7 +56,7 @@ class ExternalEmbedder:
 
     def __init__(self, name: str, dim: int, embed_documents: Callable[[list[str]], Sequence[Sequence[float]]],
                  embed_query: Callable[[str], Sequence[float]], cutter: TokenCutter | CharacterCutter | None = None,
-                 query_prefix: str = "", document_prefix: str = "", document_vector: str = "mean"):
+                 query_prefix: str = "", document_prefix: str = "", document_vector: str = "none"):
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"an external model needs a name to record, got {name!r}")
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -72,6 +77,18 @@ class ExternalEmbedder:
         """This model embedding every document whole, without passages (a collection made so before passages)."""
         return ExternalEmbedder(self.name, self.dim, self._embed_documents, self._embed_query, None,
                                 self.query_prefix, self.document_prefix, self.document_vector)
+
+    def resized(self, tokens: int) -> ExternalEmbedder:
+        """This model with passages of at most ``tokens`` of its tokens (0: whole documents, no passages)."""
+        if tokens == 0:
+            return self.whole()
+        if not isinstance(self.cutter, TokenCutter):
+            how = "is cut by characters (passage_characters)" if self.cutter is not None else \
+                "embeds whole documents (external_embedder finds a model's tokenizer)"
+            raise ValueError(f"passage_tokens needs the model's tokenizer; {self.name} {how}")
+        return ExternalEmbedder(self.name, self.dim, self._embed_documents, self._embed_query,
+                                replace(self.cutter, tokens=tokens, overlap=-1), self.query_prefix,
+                                self.document_prefix, self.document_vector)
 
     @property
     def passages(self) -> tuple[int, int] | None:
@@ -94,8 +111,8 @@ class ExternalEmbedder:
         if cut is None:
             return f"{self.name}: documents embedded whole (no passages)"
         if isinstance(cut, TokenCutter):
-            return (f"{self.name}: passages cut by the model's own tokenizer to its window of {cut.window} tokens "
-                    f"({cut.body} of text, {cut.overlap} shared)")
+            return (f"{self.name}: passages cut by the model's own tokenizer, at most {cut.body} tokens of text each "
+                    f"(its window: {cut.window} tokens), {cut.overlap} shared")
         return (f"{self.name}: passages of at most {cut.budget:,} characters ({cut.overlap} shared): the model "
                 "exposes no tokenizer; give passage_characters= (--passage-characters) for another budget")
 
@@ -153,13 +170,15 @@ def _model_name(model: Any, fallback: str) -> str:
 
 
 def external_embedder(model: Any, name: str | None = None, passage_characters: int | None = None,
-                      query_prefix: str = "", document_prefix: str = "", document_vector: str = "mean",
+                      query_prefix: str = "", document_prefix: str = "", document_vector: str = "none",
                       embed_documents: Callable | None = None, embed_query: Callable | None = None,
-                      dim: int | None = None) -> ExternalEmbedder:
+                      dim: int | None = None, passage_tokens: int | None = None) -> ExternalEmbedder:
     """``model`` (a ``SentenceTransformer``, or a framework's embedding that holds one, or any other with
     ``embed_documents`` / ``embed_query`` given) as the main job's embedder, its passages cut by its own tokenizer
     to its window where it has one, else to ``passage_characters`` (``cutting.DEFAULT_CHARACTERS``); given, it
-    is the budget whatever the model has. ``name``: what the collection records (default: the model's)."""
+    is the budget whatever the model has. ``passage_tokens``: with its tokenizer, passages of at most this many
+    text tokens (default: ``record.DEFAULT_PASSAGE_TOKENS``, 128, or as many as its window takes where that is
+    fewer). ``name``: what the collection records (default: the model's)."""
     st = sentence_transformer_of(model)
     if st is not None and embed_documents is None:
         def embed_documents(texts: list[str]):
@@ -168,7 +187,7 @@ def external_embedder(model: Any, name: str | None = None, passage_characters: i
         def embed_query(text: str):
             return st.encode([text], show_progress_bar=False, convert_to_numpy=True)[0]
 
-        dim = dim or st.get_sentence_embedding_dimension()
+        dim = dim or (getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension)()
     if embed_documents is None or embed_query is None:
         raise TypeError(f"{type(model).__name__} is not a sentence-transformers model: give embed_documents and "
                         "embed_query")
@@ -177,7 +196,15 @@ def external_embedder(model: Any, name: str | None = None, passage_characters: i
     tokenizer, window = (st.tokenizer, st.max_seq_length) if st is not None else (None, None)
     if tokenizer is not None and window is not None and document_prefix:  # the prefixed text must still fit
         window -= len(tokenizer(document_prefix, add_special_tokens=False)["input_ids"])
-    cutter = cutter_for(tokenizer, window, passage_characters, name=getattr(tokenizer, "name_or_path", "") or "")
+    if passage_tokens is None and tokenizer is not None and window is not None and passage_characters is None:
+        # recemb's own passage size where the window takes more: as exact a citation, half the context (measured)
+        room = window - tokenizer.num_special_tokens_to_add(pair=False)
+        passage_tokens = DEFAULT_PASSAGE_TOKENS if room > DEFAULT_PASSAGE_TOKENS else None
+    elif passage_tokens is not None and (tokenizer is None or passage_characters is not None):
+        raise ValueError(f"passage_tokens needs the model's tokenizer; {name} is cut by characters "
+                         "(passage_characters)")
+    cutter = cutter_for(tokenizer, window, passage_characters, name=getattr(tokenizer, "name_or_path", "") or "",
+                        tokens=passage_tokens)
     return ExternalEmbedder(name, dim, embed_documents, embed_query, cutter, query_prefix, document_prefix,
                             document_vector)
 

@@ -284,6 +284,13 @@ class CollectionRecord:
         return self.updated(roots=sorted(known | set(roots)))
 
     @property
+    def found_by_passages(self) -> bool:
+        """Whether a long document is found by its passages alone: another library's model whose documents have no
+        vector of their own (``external.DOCUMENT_VECTORS``: "none"; their own point holds their passages' mean, which
+        no search reads)."""
+        return (self.data.get("passages_cut") or {}).get("document_vector") == "none"
+
+    @property
     def rebuild_state(self) -> str | None:
         """"staged" (a staging collection complete), "copying" (being refilled from one), or None."""
         return (self.data.get("rebuild") or {}).get("state")
@@ -333,7 +340,7 @@ class CollectionRecord:
             problems.append(f"max_length {self.data.get('max_length')} (collection) vs {model.max_length} (now)")
         recorded, now = self.data.get("passages_cut"), model.passages_cut
         if recorded and now:  # another library's model: its passages cut and prefixed as before
-            for key in ("by", "window", "characters", "overlap", "document_prefix", "document_vector"):
+            for key in ("by", "window", "tokens", "characters", "overlap", "document_prefix", "document_vector"):
                 if recorded.get(key) != now.get(key):
                     problems.append(f"passages' {key} {recorded.get(key)!r} (collection) vs {now.get(key)!r} (now)")
         if problems:

@@ -130,6 +130,10 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     # Documents are found by their own points and by their passages (grouped); passages by theirs and, where a
     # document is too short to have any, by its own point.
     conditions = [] if granularity == "any" or grouped else [_granularity_condition(granularity)]
+    if target.record.found_by_passages and (granularity == "any" or grouped):
+        # another library's model whose documents have no vector of their own (``document_vector="none"``): a
+        # long document is found by its passages, a short one by its own point
+        conditions = [_granularity_condition(KIND_PASSAGE)]
     if isinstance(filter, Mapping):
         conditions += metadata_conditions
     elif filter is not None:

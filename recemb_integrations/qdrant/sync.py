@@ -178,12 +178,14 @@ class QdrantSync:
         else:  # impossible values fail now, before any model or store work; whether the collection agrees is
             # decided when its record is read (a rebuild may change what it recorded)
             if getattr(embedder, "external", False):  # another library's model: passages cut to its window
-                given = [k for k in ("passage_tokens", "passage_overlap", "passages_above", "long_documents")
+                given = [k for k in ("passage_overlap", "passages_above", "long_documents")
                          if named[k] not in (None, 0)]
                 if given:
                     raise ValueError(f"{given[0]} is a setting of recemb's own models; {embedder.name}'s passages "
-                                     "are cut to its own window (give the ExternalEmbedder a cutter, or "
-                                     "passage_characters= to external_embedder, for another size)")
+                                     "are cut to its own window (passage_tokens= for fewer of its tokens, "
+                                     "passage_characters= to external_embedder for a budget of characters)")
+                if passage_tokens is not None:  # 0: whole documents; N: passages of N of its tokens
+                    embedder = embedder.resized(passage_tokens)
                 cut = embedder.passages
                 if cut is None:
                     named["passage_tokens"] = NO_PASSAGES
@@ -281,10 +283,12 @@ class QdrantSync:
             record.check_model(self.model, for_sync=False)
             self.record, self.settings, self._read_checked = record, record.settings, True
             return
+        external = getattr(self.embedder, "external", False)
         prepared = prepare_collection(self.calls, self.collection, record, self.requested, self.model,
                                       self.index_metadata, recemb.__version__, documents, self.embedder.tokenizer,
-                                      self.embedder.count if getattr(self.embedder, "external", False) else None,
-                                      settings=self._given, root=root)
+                                      self.embedder.count if external else None, settings=self._given, root=root,
+                                      found_by_passages=external and self.embedder.cutter is not None
+                                      and self.embedder.document_vector == "none")
         self.record, self.settings, self._prepared = prepared.record, prepared.settings, True
 
     def scan(self) -> StoredDocuments:

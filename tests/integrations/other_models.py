@@ -58,8 +58,8 @@ class Counting:
         self.texts += [sentences] if isinstance(sentences, str) else list(sentences)
         return self.model.encode(sentences, **kwargs)
 
-    def get_sentence_embedding_dimension(self):
-        return self.model.get_sentence_embedding_dimension()
+    def get_embedding_dimension(self):
+        return self.model.get_embedding_dimension()
 
     def __getitem__(self, i):
         return self.model[i]

@@ -154,7 +154,7 @@ def test_a_character_budget_where_the_model_has_no_tokenizer(tmp_path):
     assert passages and max(p["end"] - p["start"] for p in passages) <= 120
     texts = {d.id: d.text for d in docs}
     assert all(p["text"] == texts[p["document_id"]][p["start"]:p["end"]] for p in passages)
-    assert record["passages_cut"] == {"by": "characters", "characters": 120, "overlap": 15, "document_vector": "mean",
+    assert record["passages_cut"] == {"by": "characters", "characters": 120, "overlap": 15, "document_vector": "none",
                                       "document_prefix": "", "query_prefix": ""}
 
 
@@ -329,8 +329,8 @@ def test_each_frameworks_hugging_face_embeddings_cut_by_their_models_tokenizer(t
         for store in (lc, li):
             embedder = store.collection.sync.embedder
             assert isinstance(embedder.cutter, TokenCutter) and embedder.cutter.window == WINDOW, embedder.cut_note()
-            assert embedder.cut_note().endswith(f"to its window of {WINDOW} tokens ({WINDOW - 2} of text, "
-                                                f"{embedder.cutter.overlap} shared)")
+            assert embedder.cut_note().endswith(f"at most {WINDOW - 2} tokens of text each (its window: {WINDOW} "
+                                                f"tokens), {embedder.cutter.overlap} shared")
     finally:
         lc.close()
         li.close()
@@ -347,3 +347,65 @@ def test_a_collection_made_whole_before_passages_stays_whole_and_a_changed_prefi
         QdrantSync(store, "new", model).sync(corpus())
         with pytest.raises(CollectionMismatchError, match="document_prefix"):
             QdrantSync(store, "new", external_embedder(model, document_prefix="passage: ")).sync(corpus())
+
+
+def test_passage_tokens_cut_another_models_passages_shorter_or_not_at_all(tmp_path, model):
+    docs = corpus()
+    with open_store(path=tmp_path / "store") as store:
+        sync = QdrantSync(store, "short", model, passage_tokens=16, store_text=True)
+        sync.sync(docs)
+        passages = [p.payload for p in points_of(store, "short") if p.payload["kind"] == "passage"]
+        assert passages and max(len(model.tokenizer(p["text"], add_special_tokens=False)["input_ids"])
+                                for p in passages) <= 16
+        assert store.collection_info("short").metadata["recemb"]["passages_cut"]["tokens"] == 16
+        with pytest.raises(CollectionMismatchError, match="tokens"):  # the collection's size, not another
+            QdrantSync(store, "short", model, passage_tokens=20).sync(docs)
+        QdrantSync(store, "whole", model, passage_tokens=0).sync(docs)
+        assert {p.payload["kind"] for p in points_of(store, "whole")} == {"document"}
+        with pytest.raises(ValueError, match="from 8 to 46 tokens"):
+            QdrantSync(store, "bad", model, passage_tokens=47)
+    with pytest.raises(ValueError, match="needs the model's tokenizer"):
+        external_embedder(model, passage_characters=100).resized(16)
+
+
+def test_a_long_document_is_found_by_its_passages_not_its_own_vector(tmp_path, model):
+    """The default ``document_vector="none"``: a document search ranks a long document by its best passage (its own
+    point, the mean of its passages, is never what finds it); ``"mean"`` searches the own point beside them."""
+    docs = corpus()
+    query = "harbour boats lantern tide"
+    with open_store(path=tmp_path / "store") as store:
+        for name, vector in (("none", "none"), ("mean", "mean")):
+            sync = QdrantSync(store, name, external_embedder(model, document_vector=vector))
+            sync.sync(docs)
+            documents = sync.search(query, limit=4, granularity="document", mode="dense")
+            passages = sync.search(query, limit=50, granularity="passage", mode="dense")
+            best = {}
+            for hit in passages:
+                best.setdefault(hit.document_id, hit.score)
+            if vector == "none":
+                assert store.collection_info(name).metadata["recemb"]["passages_cut"]["document_vector"] == "none"
+                assert [(h.document_id, round(h.score, 5)) for h in documents] == sorted(
+                    ((d, round(s, 5)) for d, s in best.items()), key=lambda x: -x[1])[:4]
+            else:  # the own point competes: some document scores by it, above its best passage
+                own = sync.search(query, limit=50, granularity="any", mode="dense")
+                assert any(h.passage is None and h.document_id != "doc-0" for h in own)
+
+
+def test_one_bm25_length_for_what_a_search_ranks(tmp_path, model):
+    """Short documents and a long one's passages are ranked together (``document_vector="none"``): one BM25
+    average length for both, the mean over those units, so a passage does not outscore a short document by its
+    length; with ``"mean"`` the documents' and the passages' averages stay apart."""
+    from recemb_integrations.sparse import Bm25
+
+    docs = [Document(f"short-{i}", " ".join(WORDS[i:i + 6]), {}) for i in range(20)]
+    docs.append(Document("long", text_of(5, 400), {}))
+    with open_store(path=tmp_path / "store") as store:
+        QdrantSync(store, "none", model).sync(docs)
+        QdrantSync(store, "mean", external_embedder(model, document_vector="mean")).sync(docs)
+        none = store.collection_info("none").metadata["recemb"]["sparse"]
+        mean = store.collection_info("mean").metadata["recemb"]["sparse"]
+    bm25 = Bm25()
+    short = [bm25.length(d.text) for d in docs[:20]]
+    assert none["avg_len"] == none["passage_avg_len"]
+    assert min(short) <= none["avg_len"] < mean["passage_avg_len"]  # pulled towards the many short documents
+    assert mean["avg_len"] != mean["passage_avg_len"]

@@ -95,7 +95,8 @@ def test_a_text_that_fits_is_one_passage_and_counts_are_the_tokenizers(tokenizer
     assert cutter.spans(text) == [(0, len(text))]
     assert cutter.count(text) == len(tokenizer(text, add_special_tokens=False)["input_ids"])
     assert cutter.spans("") == [(0, 0)]
-    assert cutter.describe() == {"by": "tokenizer", "tokenizer": "", "window": 64, "overlap": cutter.overlap}
+    assert cutter.describe() == {"by": "tokenizer", "tokenizer": "", "window": 64, "tokens": 62,
+                                 "overlap": cutter.overlap}
 
 
 def test_a_long_text_is_tokenized_in_pieces_with_the_same_cuts(tokenizer, monkeypatch):

@@ -55,7 +55,7 @@ def test_another_librarys_model_fills_a_collection_with_one_point_a_document(tmp
         assert [h.document_id for h in sync.search("the tide follows the moon", limit=1, mode="dense")] == ["b"]
         assert [h.document_id for h in sync.search("owls", limit=1, mode="sparse")] == ["a"]
         assert sync.sync([Document(k, v) for k, v in TEXTS.items()]).unchanged == 3  # nothing embedded again
-        with pytest.raises(ValueError, match="whole documents only"):
+        with pytest.raises(ValueError, match="needs the model's tokenizer"):  # no tokenizer to cut 8 tokens by
             QdrantSync(store, "c", embedder, passage_tokens=8)
         other, _ = fake_embeddings(dim=8)  # another model (another dimension) is refused by the pin
         with pytest.raises(CollectionMismatchError, match="dimension"):
