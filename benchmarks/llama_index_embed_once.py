@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import framework_ingest  # a sibling script (benchmarks/ is on the path when one runs)
 from llama_index.core import SimpleDirectoryReader
 from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
 from llama_index.core.storage.docstore import SimpleDocumentStore
@@ -39,14 +40,7 @@ def pieces(docs: int, words: int) -> dict[str, str]:
         print(f"note: no books under {DATA}; synthetic text instead")
         vocabulary = "tide harbour boat herring dawn net gull lantern rope keel sail anchor pier storm".split()
         return {f"synthetic-{d:02d}.txt": " ".join(random.Random(d).choices(vocabulary, k=words)) for d in range(docs)}
-    out, turn = {}, 0
-    while len(out) < docs:
-        book = books[turn % len(books)]
-        tokens = book.read_text(encoding="utf-8").split(" ")
-        start = 2000 + (turn // len(books)) * words
-        out[f"{book.stem}-{turn // len(books):02d}.txt"] = " ".join(tokens[start:start + words])
-        turn += 1
-    return out
+    return framework_ingest.pieces(docs, words)  # the same documents as the LangChain benchmark
 
 
 def main() -> None:

@@ -229,3 +229,17 @@ def expected_document_vectors(emb, texts, passage_tokens: int | None = None, pas
                                    normalize=True).numpy().astype(np.float64).sum(axis=0)
         out.append(mean / np.linalg.norm(mean))
     return np.stack(out)
+
+
+def stored_points(store, collection: str) -> dict:
+    """Every point of a collection in an open store: id -> (payload, dense vector as float64, BM25 vector as index ->
+    value)."""
+    points, _ = store.scroll(collection, limit=1_000_000, with_payload=True, with_vectors=True)
+    out = {}
+    for p in points:
+        sparse = p.vector.get("bm25")
+        pairs = sparse.as_dict().items() if hasattr(sparse, "as_dict") else (
+            zip(sparse.indices, sparse.values) if sparse is not None else ())
+        out[str(p.id)] = (p.payload, np.asarray(p.vector["dense"], dtype=np.float64),
+                          {int(i): float(np.float32(v)) for i, v in pairs})
+    return out

@@ -13,28 +13,37 @@ WORDS = ("harbour boats herring cod dawn tide moon lantern rope sail net gull qu
          "memory grow input scan chunks matrix the of a in to and is was for on with as by at from").split()
 
 
-def build_sentence_transformer(folder: Path, window: int = 48, seed: int = 0, dim: int = 32) -> Path:
-    """A sentence-transformers folder (``modules.json``) of a random BERT whose window is ``window`` tokens."""
-    import torch
-    from sentence_transformers import SentenceTransformer, models
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
-    from tokenizers import models as tok_models
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+def wordpiece_tokenizer(pieces: list[str], window: int | None = None):
+    """A BERT-like fast tokenizer ([CLS] text [SEP], lower-cased, accents stripped) over ``pieces`` (words and
+    "##" continuations): most words the vocabulary lacks split in pieces."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
 
-    rng = random.Random(seed)
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    for piece in [*WORDS, *letters, *("##" + c for c in letters), *".,;:!?'\"-()",
-                  *("##" + "".join(rng.choice(letters) for _ in range(2)) for _ in range(60))]:
+    for piece in pieces:
         vocab.setdefault(piece, len(vocab))
-    core = Tokenizer(tok_models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    core = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
     core.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
     core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     core.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
                                                                                                   ("[SEP]", 3)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", cls_token="[CLS]",
-                                        sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]",
-                                        model_max_length=window)
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", mask_token="[MASK]",
+                                   **({"model_max_length": window} if window else {}))
+
+
+def build_sentence_transformer(folder: Path, window: int = 48, seed: int = 0, dim: int = 32) -> Path:
+    """A sentence-transformers folder (``modules.json``) of a random BERT whose window is ``window`` tokens."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    tokenizer = wordpiece_tokenizer([*WORDS, *letters, *("##" + c for c in letters), *".,;:!?'\"-()",
+                                     *("##" + "".join(rng.choice(letters) for _ in range(2)) for _ in range(60))],
+                                    window)
+    vocab = tokenizer.get_vocab()
     torch.manual_seed(seed)
     bert = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=dim, num_hidden_layers=2, num_attention_heads=2,
                                 intermediate_size=2 * dim, max_position_embeddings=max(window, 64)))

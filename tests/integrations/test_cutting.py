@@ -10,28 +10,12 @@ import random
 import pytest
 
 from recemb_integrations.qdrant.cutting import CharacterCutter, TokenCutter, cutter_for
+from tests.integrations.other_models import wordpiece_tokenizer
 
 pytest.importorskip("tokenizers")
 
 HARD = ("Café e\u0301té \U0001F600\U0001F44D\U0001F3FD ok\r\n\tTabs\tand\r\nCRLF lines, "
         "家族 \U0001F468\u200d\U0001F469\u200d\U0001F467 naïve résumé. ")
-
-
-def wordpiece_tokenizer(vocab_words: list[str]):
-    """A BERT-like fast tokenizer ([CLS] text [SEP]) over a small random vocabulary: most words split in pieces."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
-    for piece in vocab_words:
-        vocab.setdefault(piece, len(vocab))
-    core = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    core.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
-    core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    core.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
-                                                                                                  ("[SEP]", 3)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                                   pad_token="[PAD]")
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,7 @@ from tests.integrations.hostile_child import (  # noqa: E402
     long_files,
     small_streams,
 )
+from tests.utils import stored_points  # noqa: E402
 
 CHILD = Path(__file__).with_name("hostile_child.py")
 KILL_SEED = 20_251_207
@@ -158,16 +159,7 @@ class Counted:
 def snapshot(store_path: Path, collection: str = "c") -> dict:
     """Every point (id -> payload, dense vector, BM25 as index -> value) and the collection's recorded metadata."""
     with open_store(path=store_path) as store:
-        points, _ = store.scroll(collection, limit=1_000_000, with_payload=True, with_vectors=True)
-        metadata = store.collection_info(collection).metadata
-    out = {}
-    for p in points:
-        sparse = p.vector.get("bm25")
-        pairs = sparse.as_dict().items() if hasattr(sparse, "as_dict") else (
-            zip(sparse.indices, sparse.values) if sparse is not None else ())
-        out[str(p.id)] = (p.payload, np.asarray(p.vector["dense"], dtype=np.float64),
-                          {int(i): float(v) for i, v in pairs})
-    return {"points": out, "metadata": metadata}
+        return {"points": stored_points(store, collection), "metadata": store.collection_info(collection).metadata}
 
 
 def assert_same_collection(got: dict, want: dict) -> None:
@@ -838,6 +830,9 @@ def test_a_rebuild_of_a_damaged_collection_never_drops_framework_documents_silen
                                 *cli_opts(tiny_folder, store)], json_out=False)
     line = one_line_error(err)
     assert code == 2 and "a framework's vector store (LangChain, LlamaIndex) also wrote into it" in line, err
+    code, _, err = run(capsys, ["sync", str(folder), "--drop-other-writers", *cli_opts(tiny_folder, store)],
+                       json_out=False)  # without --rebuild it would do nothing: refused, not ignored
+    assert code == 2 and "applies to a --rebuild" in one_line_error(err) and not loads, err
     assert "--drop-other-writers" in line and "Nothing was written" in line and not loads
     embedder = Embedder.from_pretrained(str(tiny_folder), device="cpu", backend="torch")
     with open_store(path=store) as opened, pytest.raises(RebuildError, match="drop_other_writers=True"):

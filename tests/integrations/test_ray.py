@@ -19,7 +19,13 @@ from recemb.core.embedder import STREAM_MIN_CHARS  # noqa: E402
 from recemb_integrations.qdrant import CollectionMismatchError, Document, DocumentSource, QdrantSync, content_hash  # noqa: E402
 from recemb_integrations.ray import RayExecutor, embed_dataset  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
-from tests.utils import SAMPLE_TEXT, save_transformers_checkpoint, sigkill_after_progress, transformers_model  # noqa: E402
+from tests.utils import (  # noqa: E402
+    SAMPLE_TEXT,
+    save_transformers_checkpoint,
+    sigkill_after_progress,
+    stored_points,
+    transformers_model,
+)
 
 SETTINGS = dict(batch_size=3, passage_tokens=48, passage_overlap=8, store_text=True)
 
@@ -44,16 +50,7 @@ def corpus(n=14, long_doc=True):
 
 
 def snapshot(store, collection="docs"):
-    """Every point: id -> (payload, dense vector, BM25 vector as index -> value)."""
-    points, _ = store.scroll(collection, limit=1_000_000, with_payload=True, with_vectors=True)
-    out = {}
-    for p in points:
-        sparse = p.vector.get("bm25")
-        pairs = sparse.as_dict().items() if hasattr(sparse, "as_dict") else (
-            zip(sparse.indices, sparse.values) if sparse is not None else ())
-        out[str(p.id)] = (p.payload, np.asarray(p.vector["dense"], dtype=np.float64),
-                          {int(i): float(np.float32(v)) for i, v in pairs})
-    return out
+    return stored_points(store, collection)
 
 
 def assert_same_state(got, want):

@@ -166,17 +166,10 @@ def test_listing_and_hashing_load_no_model(docs):
 def snapshot(store_path: Path, collection: str) -> dict:
     """Every point of the collection: id -> (payload, dense vector, BM25 vector as index -> value)."""
     from recemb_integrations.stores import open_store
+    from tests.utils import stored_points
 
     with open_store(path=store_path) as store:
-        points, _ = store.scroll(collection, limit=100_000, with_payload=True, with_vectors=True)
-    out = {}
-    for p in points:
-        sparse = p.vector.get("bm25")
-        pairs = sparse.as_dict().items() if hasattr(sparse, "as_dict") else (
-            zip(sparse.indices, sparse.values) if sparse is not None else ())
-        out[str(p.id)] = (p.payload, np.asarray(p.vector["dense"], dtype=np.float64),
-                          {int(i): float(np.float32(v)) for i, v in pairs})
-    return out
+        return stored_points(store, collection)
 
 
 def assert_same_collection(store_path: Path, got: str, want: str) -> None:
