@@ -110,6 +110,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from recemb_integrations.stores import StoreDamagedError
 
     check_collection_name(args.collection)
+    if args.drop_other_writers and not args.rebuild:  # it drops documents: never a flag that silently does nothing
+        raise CommandError("--drop-other-writers applies to a --rebuild of a damaged collection only; nothing was "
+                           "synced")
     if args.rebuild and args.keep_missing:
         raise CommandError("--rebuild builds the collection from PATHS alone; --keep-missing cannot keep documents "
                            "that are not among them")
