@@ -11,9 +11,9 @@ unchanged, then re-ingested after one file was edited (a sentence replaced in it
   ``QdrantVectorStore.from_documents`` / ``add_documents`` with no ids (random UUIDs), all-MiniLM-L6-v2;
 - **langchain-qdrant, ids per chunk**: the same, each chunk's id a UUID of (source, chunk number), what a careful
   user writes;
-- **langchain-qdrant, hybrid**: ids per chunk, and recemb's BM25 (``RecEmbBm25SparseEmbeddings``, IDF by Qdrant)
+- **langchain-qdrant, hybrid**: ids per chunk, and recemb's BM25 (``RecembBm25SparseEmbeddings``, IDF by Qdrant)
   beside all-MiniLM-L6-v2 in ``RetrievalMode.HYBRID``: the pipeline a user would wire up instead of recemb;
-- **recemb**: ``RecembVectorStore`` with ``RecEmbEmbeddings`` (the bundled recemb-mamba2-mini), each whole file one
+- **recemb**: ``RecembVectorStore`` with ``RecembEmbeddings`` (the bundled recemb-mamba2-mini), each whole file one
   LangChain ``Document`` whose id is its path (passages by the collection's defaults).
 
 After each run: points in the collection, points the run wrote (embedded and upserted), duplicates (copies of a
@@ -97,13 +97,13 @@ class LangchainQdrant:
 
         self.client = QdrantClient(path=str(folder))
         if hybrid:
-            from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+            from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
             self.client.create_collection("c", vectors_config={"dense": VectorParams(size=384,
                                                                                     distance=Distance.COSINE)},
                                           sparse_vectors_config={"bm25": SparseVectorParams(modifier=Modifier.IDF)})
             self.store = QdrantVectorStore(self.client, "c", embedding=Wrapped(), vector_name="dense",
-                                           sparse_embedding=RecEmbBm25SparseEmbeddings(), sparse_vector_name="bm25",
+                                           sparse_embedding=RecembBm25SparseEmbeddings(), sparse_vector_name="bm25",
                                            retrieval_mode=RetrievalMode.HYBRID)
         else:
             self.client.create_collection("c", vectors_config=VectorParams(size=384, distance=Distance.COSINE))
@@ -273,7 +273,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from recemb.core import DEFAULT_MODEL, Embedder
-    from recemb_integrations.langchain import RecEmbEmbeddings
+    from recemb_integrations.langchain import RecembEmbeddings
 
     files = pieces(args.docs, args.words)
     edited = sorted(files)[len(files) // 2]
@@ -285,7 +285,7 @@ def main() -> None:
     tokens = sum(len(tokenizer.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in files.values())
     minilm = MiniLM()
     minilm.embed_documents(["warm up"])
-    recemb_embeddings = RecEmbEmbeddings(model_name=DEFAULT_MODEL, model_kwargs={"device": "cpu"})
+    recemb_embeddings = RecembEmbeddings(model_name=DEFAULT_MODEL, model_kwargs={"device": "cpu"})
     recemb_embeddings.embed_documents(["warm up"])
     rows = []
     defaults = {"": {}}

@@ -7,7 +7,7 @@ and on a rerun over unchanged files, with LlamaIndex's own embedding transformat
 The files are 1,500-word pieces of the shared long books (../shared/data/long; synthetic text, with a note, where
 they are missing). Each run is what a script does: a new ``IngestionPipeline(transformations=[T],
 vector_store=RecembVectorStore, docstore=SimpleDocumentStore(), docstore_strategy=UPSERTS_AND_DELETE)`` over
-``SimpleDirectoryReader(folder, filename_as_id=True)``, with T the bundled recemb-mamba2-mini's ``RecEmbEmbedding``
+``SimpleDirectoryReader(folder, filename_as_id=True)``, with T the bundled recemb-mamba2-mini's ``RecembEmbedding``
 ("embed_model") or ``EmbedInStore()``, the model loaded beforehand. Counted at the model: sequences of token ids
 embedded (whole texts and passages) and their tokens. Prints a markdown table.
 """
@@ -26,7 +26,7 @@ from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from recemb.core import DEFAULT_MODEL
-from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
+from recemb_integrations.llama_index import EmbedInStore, RecembEmbedding, RecembVectorStore
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "long"
@@ -48,7 +48,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=25)
     parser.add_argument("--words", type=int, default=1500)
     args = parser.parse_args()
-    model = RecEmbEmbedding(model_name=DEFAULT_MODEL, model_kwargs={"device": "cpu"})
+    model = RecembEmbedding(model_name=DEFAULT_MODEL, model_kwargs={"device": "cpu"})
     embedder = model.embedder
     counts = {"sequences": 0, "tokens": 0}
     embed_token_ids = embedder.embed_token_ids

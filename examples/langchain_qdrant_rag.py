@@ -12,8 +12,8 @@ from langchain_qdrant import QdrantVectorStore, RetrievalMode
 from qdrant_client import models
 
 from recemb.core import DEFAULT_MODEL
-from recemb_integrations.langchain import RecEmbEmbeddings
-from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+from recemb_integrations.langchain import RecembEmbeddings
+from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
 DOCS = sorted((Path(__file__).resolve().parent / "documents").glob("*.md"))
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -22,8 +22,8 @@ args = parser.parse_args()
 
 store = QdrantVectorStore.from_texts(
     [p.read_text() for p in DOCS], metadatas=[{"file": p.name} for p in DOCS],  # documents: no instruction
-    embedding=RecEmbEmbeddings(model_name=args.model, model_kwargs={"device": "cpu"}),
-    sparse_embedding=RecEmbBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
+    embedding=RecembEmbeddings(model_name=args.model, model_kwargs={"device": "cpu"}),
+    sparse_embedding=RecembBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
     sparse_vector_params={"modifier": models.Modifier.IDF},  # BM25's IDF comes from Qdrant; langchain leaves it off
     location=":memory:", collection_name="docs")
 with closing(store.client):

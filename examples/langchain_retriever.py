@@ -20,7 +20,7 @@ from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
 from recemb.core import DEFAULT_MODEL
-from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
+from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -46,7 +46,7 @@ def context_of(passages: list[Document]) -> str:
 
 files = sorted(p for p in args.folder.rglob("*") if p.suffix in (".md", ".txt"))
 texts = {f.relative_to(args.folder).as_posix(): f.read_text(encoding="utf-8") for f in files}
-embeddings = RecEmbEmbeddings(model_name=args.model, model_kwargs={"device": "cpu"})
+embeddings = RecembEmbeddings(model_name=args.model, model_kwargs={"device": "cpu"})
 with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(
         embedding=embeddings, collection_name="docs", path=args.store or Path(tmp) / "store") as store:
     # Whole files in, each under its name: the long ones also get passages, with their character offsets.

@@ -22,7 +22,7 @@ from llama_index.core.schema import MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from recemb.core import DEFAULT_MODEL
-from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
+from recemb_integrations.llama_index import EmbedInStore, RecembEmbedding, RecembVectorStore
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -34,7 +34,7 @@ parser.add_argument("--question", action="append", help="a question to ask (repe
 args = parser.parse_args()
 QUESTIONS = args.question or ["How does a lighthouse lens make its light carry far?", "Why are spring tides strong?"]
 
-embed_model = RecEmbEmbedding(model_name=args.model, model_kwargs={"device": "cpu"})
+embed_model = RecembEmbedding(model_name=args.model, model_kwargs={"device": "cpu"})
 with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(
         collection_name="docs", path=args.store or Path(tmp) / "store", embed_model=embed_model) as store:
     documents = SimpleDirectoryReader(str(args.folder), filename_as_id=True, required_exts=[".md", ".txt"],

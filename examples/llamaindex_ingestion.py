@@ -26,7 +26,7 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient, models
 
 from recemb.core import DEFAULT_MODEL
-from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore, bm25_sparse_fns
+from recemb_integrations.llama_index import EmbedInStore, RecembEmbedding, RecembVectorStore, bm25_sparse_fns
 
 Settings.llm = None
 FILES = sorted((Path(__file__).resolve().parent / "documents").glob("*.md"))
@@ -46,7 +46,7 @@ def pipeline(transformations, store):
                              docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)
 
 
-embed_model = RecEmbEmbedding(model_name=args.model, model_kwargs={"device": "cpu"}, embed_batch_size=8)
+embed_model = RecembEmbedding(model_name=args.model, model_kwargs={"device": "cpu"}, embed_batch_size=8)
 
 print("1. RecembVectorStore, transformations=[EmbedInStore()]")
 with tempfile.TemporaryDirectory() as tmp, RecembVectorStore(collection_name="docs", path=Path(tmp) / "store",

@@ -1,7 +1,7 @@
 """LangChain ``Embeddings`` over recemb: documents without any instruction, queries with one.
 
-    from recemb_integrations.langchain import RecEmbEmbeddings
-    emb = RecEmbEmbeddings(model_name="recemb/codestral-mamba2", model_kwargs={"vertical_chunk_size": 1024})
+    from recemb_integrations.langchain import RecembEmbeddings
+    emb = RecembEmbeddings(model_name="recemb/codestral-mamba2", model_kwargs={"vertical_chunk_size": 1024})
     emb.embed_documents(["a long document ..."]); emb.embed_query("a question")
 
 ``RecembVectorStore`` (``recemb_integrations.langchain_store``) keeps documents in a recemb collection as the main
@@ -11,22 +11,23 @@ job does: whole documents and their passages, one point per id, searched hybrid.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recemb_integrations._imports import require
 
 _STORE_NAMES = ("RecembRetriever", "RecembVectorStore")  # loaded with qdrant-client only when asked for
-__all__ = ["RecEmbEmbeddings", *_STORE_NAMES]
+__all__ = ["RecembEmbeddings", *_STORE_NAMES]
 
 _embeddings = require("langchain_core.embeddings", "langchain")
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402 (langchain-core depends on pydantic 2)
 
-from recemb.core import Embedder, shared_embedder  # noqa: E402
-from recemb.core.embedder import check_text, check_texts  # noqa: E402
 from recemb.core.options import ENCODE_OPTIONS, MODEL_OPTIONS, check_options  # noqa: E402
+from recemb.core.texts import check_text, check_texts  # noqa: E402
 
+if TYPE_CHECKING:
+    from recemb.core.embedder import Embedder
 
-class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
+class RecembEmbeddings(BaseModel, _embeddings.Embeddings):
     """recemb text embeddings for LangChain (vector stores, retrievers).
 
     The model is loaded once per (model, device, dtype, quantize) in the process and shared by every instance; each
@@ -36,8 +37,8 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
         .. code-block:: python
 
             # bash scripts/install.sh langchain (in recemb's clone)
-            from recemb_integrations.langchain import RecEmbEmbeddings
-            embeddings = RecEmbEmbeddings(model_name="path/or/hub-id", query_instruction="SciFact")
+            from recemb_integrations.langchain import RecembEmbeddings
+            embeddings = RecembEmbeddings(model_name="path/or/hub-id", query_instruction="SciFact")
     """
 
     model_name: str
@@ -54,11 +55,13 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
     Documents never get one."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
-    _embedder: Embedder = PrivateAttr()
+    _embedder: Any = PrivateAttr()
 
     def model_post_init(self, __context: Any) -> None:
         check_options("model_kwargs", self.model_kwargs, MODEL_OPTIONS)
         check_options("encode_kwargs", self.encode_kwargs, ENCODE_OPTIONS)
+        from recemb.core.shared import shared_embedder  # torch loads with the model, not with this module
+
         self._embedder = shared_embedder(self.model_name, **self.model_kwargs)
 
     @property
@@ -80,6 +83,9 @@ class RecEmbEmbeddings(BaseModel, _embeddings.Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         return await asyncio.to_thread(self.embed_query, text)
+
+
+RecEmbEmbeddings = RecembEmbeddings  # the name before one capitalisation (0.x); kept so code written for it still runs
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""langchain-qdrant ``SparseEmbeddings`` over recemb's offline BM25, for hybrid retrieval with ``RecEmbEmbeddings``.
+"""langchain-qdrant ``SparseEmbeddings`` over recemb's offline BM25, for hybrid retrieval with ``RecembEmbeddings``.
 
 The vectors are fastembed's ``Qdrant/bm25`` ones and carry no IDF: Qdrant applies it at query time, but only when the
 sparse vector was created with ``modifier=Modifier.IDF``. langchain-qdrant creates it without a modifier unless it is
@@ -6,12 +6,12 @@ given ``sparse_vector_params``, so always pass them (or create the collection yo
 
     from langchain_qdrant import QdrantVectorStore, RetrievalMode
     from qdrant_client import models
-    from recemb_integrations.langchain import RecEmbEmbeddings
-    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.langchain import RecembEmbeddings
+    from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
     store = QdrantVectorStore.from_texts(
-        texts, embedding=RecEmbEmbeddings(model_name="path/or/hub-id"),
-        sparse_embedding=RecEmbBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
+        texts, embedding=RecembEmbeddings(model_name="path/or/hub-id"),
+        sparse_embedding=RecembBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
         sparse_vector_params={"modifier": models.Modifier.IDF}, location=":memory:")
 
 In HYBRID mode ``similarity_search(query, k)`` prefetches the top k of each side and fuses them with Qdrant's
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from recemb_integrations._imports import require
 
-__all__ = ["RecEmbBm25SparseEmbeddings"]
+__all__ = ["RecembBm25SparseEmbeddings"]
 
 _langchain_qdrant = require("langchain_qdrant", "langchain-qdrant")
 from recemb_integrations.sparse import Bm25  # noqa: E402
 
 
-class RecEmbBm25SparseEmbeddings(_langchain_qdrant.SparseEmbeddings):
+class RecembBm25SparseEmbeddings(_langchain_qdrant.SparseEmbeddings):
     """BM25 sparse vectors computed offline (no model download), identical to fastembed's ``Qdrant/bm25``.
 
     Args:
@@ -40,7 +40,7 @@ class RecEmbBm25SparseEmbeddings(_langchain_qdrant.SparseEmbeddings):
 
     Examples:
         the ``langchain-qdrant`` extra, then
-        ``QdrantVectorStore(client, "docs", embedding=..., sparse_embedding=RecEmbBm25SparseEmbeddings(),
+        ``QdrantVectorStore(client, "docs", embedding=..., sparse_embedding=RecembBm25SparseEmbeddings(),
         retrieval_mode=RetrievalMode.HYBRID)`` on a collection whose sparse vector has ``Modifier.IDF``.
     """
 
@@ -53,6 +53,9 @@ class RecEmbBm25SparseEmbeddings(_langchain_qdrant.SparseEmbeddings):
 
     def embed_query(self, text: str) -> _langchain_qdrant.SparseVector:
         return _to_langchain(self._bm25.embed_query(text))
+
+# the name before one capitalisation (0.x); kept so code written for it still runs
+RecEmbBm25SparseEmbeddings = RecembBm25SparseEmbeddings
 
 
 def _to_langchain(vector) -> _langchain_qdrant.SparseVector:

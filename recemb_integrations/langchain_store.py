@@ -2,14 +2,14 @@
 text and place out (made for an LLM's context: each document's best passage, each document once), one point per
 document id (never a duplicate), on the main job's own path.
 
-    from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
-    store = RecembVectorStore(embedding=RecEmbEmbeddings(model_name="recemb/recemb-mamba2-mini"),
+    from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore
+    store = RecembVectorStore(embedding=RecembEmbeddings(model_name="recemb/recemb-mamba2-mini"),
                               collection_name="notes", path="./store")
     store.add_documents(docs)   # ids: ids=, else each Document's id, else one made from its content
     retriever = store.as_retriever(search_kwargs={"k": 4})   # passages: page_content == text[start:end]
     store.similarity_search("...", granularity="document")    # whole documents
 
-With ``RecEmbEmbeddings`` each document is embedded as ``recemb sync`` embeds it: whole, plus passages by the
+With ``RecembEmbeddings`` each document is embedded as ``recemb sync`` embeds it: whole, plus passages by the
 collection's settings, with BM25 beside the dense vector. Any other LangChain ``Embeddings`` gives one dense vector
 per document (BM25 beside it). A collection written by ``recemb sync`` opens with the settings it recorded.
 """
@@ -35,7 +35,7 @@ from recemb_integrations.framework_collection import (  # noqa: E402
     check_granularity,
     recemb_fields,
 )
-from recemb_integrations.langchain import RecEmbEmbeddings  # noqa: E402
+from recemb_integrations.langchain import RecembEmbeddings  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.external import MODEL_OPTIONS, ExternalEmbedder  # noqa: E402
 from recemb_integrations.qdrant.external import external_embedder as other_model  # noqa: E402
@@ -68,7 +68,7 @@ class RecembVectorStore(_vectorstores.VectorStore):
     """A recemb collection as a LangChain ``VectorStore``.
 
     Args:
-        embedding: ``RecEmbEmbeddings`` (documents embedded whole and as passages, by the collection's settings) or
+        embedding: ``RecembEmbeddings`` (documents embedded whole and as passages, by the collection's settings) or
             any LangChain ``Embeddings`` (one dense vector per document).
         collection_name: the collection, created on the first add.
         path / url / client: Qdrant Edge's folder (``store_kind="local"``: qdrant-client's local mode), a Qdrant
@@ -103,9 +103,9 @@ class RecembVectorStore(_vectorstores.VectorStore):
         self._embedding = embedding
         self.granularity, self.per_document = check_granularity(granularity), per_document
         cut = {k: options.pop(k) for k in MODEL_OPTIONS if k in options}
-        if not isinstance(embedding, RecEmbEmbeddings) and "passage_tokens" in options:  # cut by its tokenizer
+        if not isinstance(embedding, RecembEmbeddings) and "passage_tokens" in options:  # cut by its tokenizer
             cut["passage_tokens"] = options.pop("passage_tokens")
-        if isinstance(embedding, RecEmbEmbeddings):
+        if isinstance(embedding, RecembEmbeddings):
             if cut:
                 raise TypeError(f"{next(iter(cut))} is for another library's model; recemb's own cuts its passages "
                                 "by passage_tokens")

@@ -1,7 +1,7 @@
 """LlamaIndex ``BaseEmbedding`` over recemb: nodes without any instruction, queries with one.
 
-    from recemb_integrations.llama_index import RecEmbEmbedding
-    embed_model = RecEmbEmbedding(model_name="recemb/codestral-mamba2", embed_batch_size=8)
+    from recemb_integrations.llama_index import RecembEmbedding
+    embed_model = RecembEmbedding(model_name="recemb/codestral-mamba2", embed_batch_size=8)
 
 LlamaIndex embeds ``node.get_content(metadata_mode=EMBED)``, which prepends metadata to the text; list keys such as
 paths in ``excluded_embed_metadata_keys`` to keep them out of the embedding. ``bm25_sparse_fns`` adds recemb's offline
@@ -11,22 +11,23 @@ BM25 to LlamaIndex's Qdrant store for hybrid search.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from recemb_integrations._imports import require
 
 _STORE_NAMES = ("EmbedInStore", "RecembVectorStore")  # loaded with qdrant-client only when asked for
-__all__ = ["RecEmbEmbedding", "SparseEncoding", "bm25_sparse_fns", *_STORE_NAMES]
+__all__ = ["RecembEmbedding", "SparseEncoding", "bm25_sparse_fns", *_STORE_NAMES]
 
 _base = require("llama_index.core.base.embeddings.base", "llama-index")
 _pydantic = require("llama_index.core.bridge.pydantic", "llama-index")
 
-from recemb.core import Embedder, shared_embedder  # noqa: E402
-from recemb.core.embedder import check_text, check_texts  # noqa: E402
 from recemb.core.options import MODEL_OPTIONS, check_options  # noqa: E402
+from recemb.core.texts import check_text, check_texts  # noqa: E402
 
+if TYPE_CHECKING:
+    from recemb.core.embedder import Embedder
 
-class RecEmbEmbedding(_base.BaseEmbedding):
+class RecembEmbedding(_base.BaseEmbedding):
     """recemb text embeddings for LlamaIndex (ingestion pipelines, vector store indexes).
 
     Args:
@@ -39,7 +40,7 @@ class RecEmbEmbedding(_base.BaseEmbedding):
 
     Examples:
         the ``llama-index`` extra, then
-        ``Settings.embed_model = RecEmbEmbedding(model_name="path/or/hub-id")``.
+        ``Settings.embed_model = RecembEmbedding(model_name="path/or/hub-id")``.
     """
 
     model_kwargs: dict[str, Any] = _pydantic.Field(default_factory=dict, description="loading options")
@@ -50,11 +51,13 @@ class RecEmbEmbedding(_base.BaseEmbedding):
     def __init__(self, model_name: str, **kwargs: Any):
         super().__init__(model_name=model_name, **kwargs)
         check_options("model_kwargs", self.model_kwargs, MODEL_OPTIONS)
+        from recemb.core.shared import shared_embedder  # torch loads with the model, not with this module
+
         self._embedder = shared_embedder(model_name, **self.model_kwargs)
 
     @classmethod
     def class_name(cls) -> str:
-        return "RecEmbEmbedding"
+        return "RecembEmbedding"
 
     @property
     def embedder(self) -> Embedder:
@@ -86,6 +89,9 @@ class RecEmbEmbedding(_base.BaseEmbedding):
 
 SparseEncoding = tuple[list[list[int]], list[list[float]]]
 """What LlamaIndex's Qdrant store expects from ``sparse_doc_fn`` / ``sparse_query_fn``: (indices, values) per text."""
+
+
+RecEmbEmbedding = RecembEmbedding  # the name before one capitalisation (0.x); kept so code written for it still runs
 
 
 def bm25_sparse_fns(language: str = "english", avg_len: float = 256.0, k: float = 1.2, b: float = 0.75

@@ -5,9 +5,9 @@ nothing it was not asked to, every search ``QdrantSync.search``).
     from llama_index.core import SimpleDirectoryReader, VectorStoreIndex
     from llama_index.core.ingestion import DocstoreStrategy, IngestionPipeline
     from llama_index.core.storage.docstore import SimpleDocumentStore
-    from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore
+    from recemb_integrations.llama_index import EmbedInStore, RecembEmbedding, RecembVectorStore
 
-    embed_model = RecEmbEmbedding(model_name="recemb-mamba2-mini")
+    embed_model = RecembEmbedding(model_name="recemb-mamba2-mini")
     store = RecembVectorStore(collection_name="docs", path="./store", embed_model=embed_model)
     pipeline = IngestionPipeline(transformations=[EmbedInStore()], vector_store=store, docstore=SimpleDocumentStore(),
                                  docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)  # no splitter needed
@@ -51,7 +51,7 @@ from recemb_integrations.framework_collection import (  # noqa: E402
     check_granularity,
     recemb_fields,
 )
-from recemb_integrations.llama_index import RecEmbEmbedding  # noqa: E402
+from recemb_integrations.llama_index import RecembEmbedding  # noqa: E402
 from recemb_integrations.qdrant.collection import read_record  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.documents import StoredDocument, check_document_ids  # noqa: E402
@@ -139,7 +139,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         collection_name: the collection, created on the first add.
         path / url / client: Qdrant Edge's folder (``store_kind="local"``: qdrant-client's local mode), a Qdrant
             server (``api_key``), or a ``QdrantClient`` / recemb ``Store`` you opened and close; one of them.
-        embed_model: ``RecEmbEmbedding`` (documents whole plus passages, by the collection's settings), any other
+        embed_model: ``RecembEmbedding`` (documents whole plus passages, by the collection's settings), any other
             LlamaIndex embed model (one dense vector per node), or None (nodes carry their embeddings and queries
             their ``query_embedding``; the collection records the model as ``GIVEN_VECTORS``). It embeds the nodes
             ``EmbedInStore`` marked, and those without an embedding.
@@ -204,12 +204,12 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
                          store_kind=store_kind, granularity=granularity, per_document=per_document)
         self._embed_model = embed_model
         self._cut = {k: options.pop(k) for k in MODEL_OPTIONS if k in options}
-        if embed_model is not None and not isinstance(embed_model, RecEmbEmbedding) and "passage_tokens" in options:
+        if embed_model is not None and not isinstance(embed_model, RecembEmbedding) and "passage_tokens" in options:
             self._cut["passage_tokens"] = options.pop("passage_tokens")  # cut by its tokenizer
-        if self._cut and (embed_model is None or isinstance(embed_model, RecEmbEmbedding)):
+        if self._cut and (embed_model is None or isinstance(embed_model, RecembEmbedding)):
             raise TypeError(f"{next(iter(self._cut))} is for another library's embed_model; recemb's own cuts its "
                             "passages by passage_tokens")
-        instruction = embed_model.query_instruction if isinstance(embed_model, RecEmbEmbedding) else None
+        instruction = embed_model.query_instruction if isinstance(embed_model, RecembEmbedding) else None
         self._collection = FrameworkCollection(collection_name, self._make_embedder, path=path, url=url,
                                                api_key=api_key, client=client, store_kind=store_kind,
                                                instruction=instruction, **options)
@@ -245,7 +245,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
     def _make_embedder(self) -> Any:
         """What ``FrameworkCollection`` embeds with, made on its first use."""
         model = self._embed_model
-        if isinstance(model, RecEmbEmbedding):
+        if isinstance(model, RecembEmbedding):
             return model.embedder
         if model is not None:
             return external_embedder(model, name=f"llama-index:{type(model).__name__}:{model.model_name}",
@@ -280,7 +280,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         nodes = list(nodes)
         if self._embed_model is None and any(_store_embeds(n) for n in nodes):
             raise ValueError("these nodes were marked by EmbedInStore for the store to embed, but this "
-                             "RecembVectorStore has no embed_model: give it one (RecEmbEmbedding), or embed the "
+                             "RecembVectorStore has no embed_model: give it one (RecembEmbedding), or embed the "
                              "nodes first; nothing was written")
         if self._embed_model is None and self._vector_dim is None:
             self._vector_dim = next((len(n.embedding) for n in nodes if n.embedding), None)

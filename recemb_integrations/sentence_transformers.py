@@ -22,15 +22,15 @@ from recemb_integrations._imports import require
 _st_modules = require("sentence_transformers.base.modules", "sentence-transformers")
 
 from recemb.core import Embedder, architecture  # noqa: E402
-from recemb.core.embedder import check_texts  # noqa: E402
 from recemb.core.files import check_model_destination  # noqa: E402
 from recemb.core.loading import hub_offline  # noqa: E402
 from recemb.core.options import HUB_OPTIONS, MODEL_OPTIONS  # noqa: E402
 from recemb.core.precision import check_quantize  # noqa: E402
 from recemb.core.prompts import TASK_INSTRUCTIONS, query_prompt  # noqa: E402
+from recemb.core.texts import check_texts  # noqa: E402
 from recemb.core.vertical import pad_right  # noqa: E402
 
-__all__ = ["CONFIG_FILE", "MODULE_MODEL_KWARGS", "RecEmbModule", "default_prompts", "export_sentence_transformers",
+__all__ = ["CONFIG_FILE", "MODULE_MODEL_KWARGS", "RecembModule", "default_prompts", "export_sentence_transformers",
            "model_card"]
 
 # model_kwargs: from_pretrained's options except the hub ones, which sentence-transformers passes itself; plus
@@ -41,7 +41,7 @@ MODULE_MODEL_KWARGS = tuple(k for k in MODEL_OPTIONS if k not in HUB_OPTIONS) + 
 CONFIG_FILE = "recemb_config.json"  # never config.json: that name is the backbone's config in the same folder
 
 
-class RecEmbModule(_st_modules.InputModule):
+class RecembModule(_st_modules.InputModule):
     """Input module: tokenises (EOS appended, no truncation by default) and embeds with vertical chunking.
 
     Writes ``features["sentence_embedding"]`` (unnormalised; a ``Normalize`` module follows in exported models).
@@ -116,7 +116,7 @@ class RecEmbModule(_st_modules.InputModule):
         local_files_only: bool = False,
         model_kwargs: dict[str, Any] | None = None,
         **kwargs,
-    ) -> "RecEmbModule":
+    ) -> "RecembModule":
         """``model_kwargs`` takes ``Embedder.from_pretrained``'s options but the hub ones
         (``MODULE_MODEL_KWARGS``):
         ``device``, ``dtype`` (or ``torch_dtype``), ``max_memory`` (a budget such as "2GiB" for encoding
@@ -134,7 +134,7 @@ class RecEmbModule(_st_modules.InputModule):
         mk = dict(model_kwargs or {})
         unknown = sorted(set(mk) - set(MODULE_MODEL_KWARGS))
         if unknown:
-            raise TypeError(f"unknown model_kwargs for RecEmbModule: {unknown}; "
+            raise TypeError(f"unknown model_kwargs for RecembModule: {unknown}; "
                             f"allowed: {sorted(MODULE_MODEL_KWARGS)}")
         if "torch_dtype" in mk:
             mk.setdefault("dtype", mk.pop("torch_dtype"))
@@ -144,6 +144,8 @@ class RecEmbModule(_st_modules.InputModule):
         settings = {k: config.get(k) for k in cls.config_keys}
         settings["quantize"] = check_quantize(mk["quantize"])
         return cls(embedder, **settings)
+
+RecEmbModule = RecembModule  # the name before one capitalisation (0.x); kept so code written for it still runs
 
 
 def default_prompts() -> dict[str, str]:
@@ -164,7 +166,7 @@ def export_sentence_transformers(
     quantize: str | None = None,
 ) -> Path:
     """Write ``source`` (any checkpoint format ``Embedder.from_pretrained`` reads, or a recemb folder) as a
-    sentence-transformers folder: RecEmbModule + Normalize, prompts, transformers-named weights with their
+    sentence-transformers folder: RecembModule + Normalize, prompts, transformers-named weights with their
     ``config.json``, tokenizer files and a model card. ``quantize="int8"`` is recorded in the module's config:
     the weights are written unquantised (``dtype``) and the export loads int8-quantised on the CPU."""
     st = require("sentence_transformers", "sentence-transformers")
@@ -176,7 +178,7 @@ def export_sentence_transformers(
     if quantize is not None and embedder.model.int8_projections is None:
         raise ValueError(f"quantize={quantize!r} is implemented for Mamba2; {source} is "
                          f"{embedder.config.model_type!r}")
-    module = RecEmbModule(embedder, max_seq_length=max_seq_length, vertical_chunk_size=vertical_chunk_size,
+    module = RecembModule(embedder, max_seq_length=max_seq_length, vertical_chunk_size=vertical_chunk_size,
                           quantize=quantize)
     model = st.SentenceTransformer(modules=[module, _st_modules.Normalize()], prompts=default_prompts(),
                                    similarity_fn_name="cosine", device="cpu")
@@ -227,7 +229,7 @@ emb.encode_queries(["..."], instruction="SciFact"); emb.encode_documents(["..."]
 
 sentence-transformers 6 asks for the flag for every module class that is not part of sentence-transformers, even
 one from an installed package. **No code is downloaded from this repository**: the module class
-`recemb_integrations.sentence_transformers.RecEmbModule` ships with the `recemb` package
+`recemb_integrations.sentence_transformers.RecembModule` ships with the `recemb` package
 (the `sentence-transformers` extra).
 
 ## Instructions

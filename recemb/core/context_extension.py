@@ -26,12 +26,14 @@ from pathlib import Path
 
 import torch
 
+from recemb.core.options import CONTEXT_EXTENSION_MODES
+
 __all__ = ["ARTIFACT_FILE", "ContextExtension", "DeltaControl", "MODES", "SCALE_FLOOR", "apply_delta_control",
     "resolve_mode"]
 
 ARTIFACT_FILE = "context_extension.json"
 SCALE_FLOOR = 0.01  # MambaExtend's only clamp on the calibrated scales
-MODES = ("auto", "off", "mambaextend", "longmamba", "both")  # what a caller may ask for
+MODES = CONTEXT_EXTENSION_MODES  # what a caller may ask for (named once, with the options)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from recemb.core.memory import (
 )
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
+from recemb.core.texts import check_text, check_texts
 from recemb.core.threads import cap_threads, check_threads
 from recemb.core.tokenizer import TextTokenizer
 from recemb.core.vertical import (
@@ -36,7 +37,7 @@ from recemb.core.vertical import (
 )
 from recemb.kernels import BACKENDS, resolve_backend
 
-__all__ = ["Embedder", "PROGRESS_MIN_TOKENS", "STREAM_MIN_CHARS", "check_text", "check_texts"]
+__all__ = ["Embedder", "PROGRESS_MIN_TOKENS", "STREAM_MIN_CHARS"]
 
 PROGRESS_MIN_TOKENS = 65536  # show_progress_bar=None shows a bar from this much input on
 # Texts longer than this are tokenized in windows and embedded as a stream, one at a time: the ids of a whole
@@ -495,39 +496,6 @@ def _check_positive(name: str, value: int | None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int or None, got {value!r}")
     return value
-
-
-_BYTES = (bytes, bytearray, memoryview)
-
-
-def check_text(text, name: str = "text") -> str:
-    """``text`` if it is a str; a ``TypeError`` naming ``name`` otherwise (bytes: with the way to a str)."""
-    if isinstance(text, str):
-        return text
-    decode = f"; decode it first, e.g. {_decode(text, name)}" if isinstance(text, _BYTES) else ""
-    raise TypeError(f"{name} is {type(text).__name__}, expected str{decode}")
-
-
-def _decode(data, name: str) -> str:
-    return f"bytes({name}).decode('utf-8')" if isinstance(data, memoryview) else f"{name}.decode('utf-8')"
-
-
-def check_texts(texts, name: str = "texts", single: bool = True) -> list[str]:
-    """``texts`` as a list of str: a sequence of str, or a str alone where ``single``. A ``TypeError`` naming
-    ``name`` otherwise, before anything is iterated: bytes would iterate as ints, a str as its characters."""
-    if isinstance(texts, str) and single:
-        return [texts]
-    what = "a str or a sequence of str" if single else "a list of str"
-    if isinstance(texts, _BYTES):
-        raise TypeError(f"{name} must be {what}, got {type(texts).__name__}; decode it first, e.g. "
-                        f"{_decode(texts, name)}")
-    if texts is None or isinstance(texts, (str, dict)) or not hasattr(texts, "__iter__"):
-        one = f" (one text: pass [{name.removesuffix('s')}])" if isinstance(texts, str) else ""
-        raise TypeError(f"{name} must be {what}, got {type(texts).__name__}{one}")
-    items = list(texts)
-    for i, t in enumerate(items):
-        check_text(t, f"{name}[{i}]")
-    return items
 
 
 def _validate_ids(sequences, vocab_size: int) -> list[list[int]]:

@@ -9,8 +9,7 @@ option lists from here; tests check that the signatures agree.
 
 from __future__ import annotations
 
-from recemb.core.context_extension import MODES as CONTEXT_EXTENSION_MODES
-
+CONTEXT_EXTENSION_MODES = ("auto", "off", "mambaextend", "longmamba", "both")  # what a caller may ask for
 HUB_OPTIONS = ("revision", "cache_dir", "token", "local_files_only")
 LOAD_OPTIONS = ("device", "dtype", "quantize", "tokenizer", "eos_token_id") + HUB_OPTIONS
 CALLER_OPTIONS = ("vertical_chunk_size", "max_memory", "backend", "chunk_size", "max_length", "context_extension",

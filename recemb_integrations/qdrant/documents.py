@@ -24,7 +24,7 @@ ACTIONS = ("added", "updated")  # what writing a document's points does to it
 class Document:
     """One source document: ``id`` is the stable key (e.g. a file path); ``metadata`` must be JSON-serialisable.
     ``vector``: its dense vector where the caller has it already, made by the collection's own model (a LlamaIndex
-    node embedded by ``RecEmbEmbedding``): the document's own point takes it instead of embedding the text again
+    node embedded by ``RecembEmbedding``): the document's own point takes it instead of embedding the text again
     (its passages are still embedded by the sync)."""
 
     id: str

@@ -11,7 +11,7 @@ Runs through sentence-transformers' trainer (no hand-written loop):
 
 Instructions go on the query side only: ``query_instruction`` (or a per-row ``instruction`` column) becomes
 ``Instruct: {task}\\nQuery: `` in front of the anchor; positives and negatives never get one. Pooling is the EOS
-last token (``RecEmbModule``). LoRA (r = 16, α = 16, every linear layer, via peft) for large backbones, full
+last token (``RecembModule``). LoRA (r = 16, α = 16, every linear layer, via peft) for large backbones, full
 fine-tuning for small ones; the LoRA update is merged before saving, so the result is a plain checkpoint.
 
     from recemb_integrations.training import TrainingConfig, train

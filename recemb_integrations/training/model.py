@@ -1,4 +1,4 @@
-"""The trainable model: a SentenceTransformer around ``RecEmbModule``, LoRA applied (peft) or every weight
+"""The trainable model: a SentenceTransformer around ``RecembModule``, LoRA applied (peft) or every weight
 trainable, and the LoRA update merged back into plain weights."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _st = require("sentence_transformers", "sentence-transformers")
 from sentence_transformers.base.modules import Normalize  # noqa: E402
 
 from recemb.core import Embedder  # noqa: E402
-from recemb_integrations.sentence_transformers import RecEmbModule, default_prompts  # noqa: E402
+from recemb_integrations.sentence_transformers import RecembModule, default_prompts  # noqa: E402
 from recemb_integrations.training.config import LORA_DEFAULT_ABOVE, TrainingConfig  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- LoRA
@@ -53,12 +53,12 @@ def merge_lora(encoder: nn.Module) -> nn.Module:
 
 
 def build_model(model: str | os.PathLike | Embedder, config: TrainingConfig, tokenizer=None):
-    """A trainable SentenceTransformer (RecEmbModule + Normalize) on the torch backend, LoRA applied if chosen."""
+    """A trainable SentenceTransformer (RecembModule + Normalize) on the torch backend, LoRA applied if chosen."""
     embedder = model if isinstance(model, Embedder) else Embedder.from_pretrained(
         model, device="cpu" if not torch.cuda.is_available() else None, dtype=config.dtype, tokenizer=tokenizer)
     if embedder.tokenizer is None:
         raise ValueError(f"{model} has no tokenizer files; pass tokenizer=...")
-    module = RecEmbModule(embedder, max_seq_length=config.max_length)
+    module = RecembModule(embedder, max_seq_length=config.max_length)
     use_lora = config.lora
     n_params = sum(p.numel() for p in embedder.model.parameters())
     if use_lora is None:

@@ -22,7 +22,7 @@ _datasets = require("datasets", "train")
 from sentence_transformers.base import BatchSamplers  # noqa: E402
 
 from recemb.core import Embedder  # noqa: E402
-from recemb_integrations.sentence_transformers import RecEmbModule, model_card  # noqa: E402
+from recemb_integrations.sentence_transformers import RecembModule, model_card  # noqa: E402
 from recemb_integrations.training.config import TrainingConfig  # noqa: E402
 from recemb_integrations.training.data import build_dataset, load_pairs  # noqa: E402
 from recemb_integrations.training.losses import build_loss  # noqa: E402
@@ -93,7 +93,7 @@ def train(
     seconds = time.time() - start
     torch.set_flush_denormal(flush_before)
 
-    module: RecEmbModule = st_model[0]
+    module: RecembModule = st_model[0]
     if used_lora:
         merge_lora(module.encoder)
     module.encoder.requires_grad_(False)

@@ -254,15 +254,15 @@ def test_the_adapters_take_max_memory_in_their_model_kwargs(tiny_folder):
         assert "max_memory" in MODULE_MODEL_KWARGS
         found += 1
     if _importable("langchain_core"):
-        from recemb_integrations.langchain import RecEmbEmbeddings
+        from recemb_integrations.langchain import RecembEmbeddings
 
-        lc = RecEmbEmbeddings(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "max_memory": "2MiB"})
+        lc = RecembEmbeddings(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "max_memory": "2MiB"})
         assert lc._embedder.max_memory == 2 * 2**20 and lc._embedder.chunk_plan() is not None
         found += 1
     if _importable("llama_index.core"):
-        from recemb_integrations.llama_index import RecEmbEmbedding
+        from recemb_integrations.llama_index import RecembEmbedding
 
-        li = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "max_memory": 2 * 2**20})
+        li = RecembEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "max_memory": 2 * 2**20})
         assert li.embedder.max_memory == 2 * 2**20
         found += 1
     clear_shared()

@@ -129,12 +129,12 @@ def _report_writes(progress: str, pause: float) -> None:
 def run_langchain(progress: str, model: str, store: str, spec: str, hold: bool) -> int:
     from langchain_core.documents import Document
 
-    from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
+    from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore
     from recemb_integrations.stores import StoreError
 
     given = json.loads(open(spec, encoding="utf-8").read())
     docs = [Document(text, metadata=metadata, id=doc_id) for doc_id, text, metadata in given["documents"]]
-    embeddings = RecEmbEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
+    embeddings = RecembEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
     vectors = RecembVectorStore(embeddings, given.get("collection", "c"), path=store, **given.get("options", {}))
     try:
         vectors.add_documents(docs)
@@ -169,9 +169,9 @@ def run_search(door: str, model: str, store: str, query: str) -> int:
     out: dict = {}
     try:
         if door == "lc":
-            from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
+            from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore
 
-            embeddings = RecEmbEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
+            embeddings = RecembEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
             with RecembVectorStore(embeddings, "c", path=store) as vectors:
                 hits = vectors.as_retriever(search_kwargs={"k": 5}).invoke(query)
             out["hits"] = [[h.id, h.page_content, h.metadata.get("start"), h.metadata.get("end")] for h in hits]

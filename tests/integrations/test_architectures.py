@@ -100,13 +100,13 @@ def test_export_to_sentence_transformers(arch_folder, tmp_path):
 def test_langchain_and_llama_index_adapters(arch_folder):
     pytest.importorskip("langchain_core")
     pytest.importorskip("llama_index.core")
-    from recemb_integrations.langchain import RecEmbEmbeddings
-    from recemb_integrations.llama_index import RecEmbEmbedding
+    from recemb_integrations.langchain import RecembEmbeddings
+    from recemb_integrations.llama_index import RecembEmbedding
 
     _, folder = arch_folder
     emb = Embedder.from_pretrained(folder, device="cpu")
-    lc = RecEmbEmbeddings(model_name=str(folder), model_kwargs={"device": "cpu"})
-    li = RecEmbEmbedding(model_name=str(folder), model_kwargs={"device": "cpu"})
+    lc = RecembEmbeddings(model_name=str(folder), model_kwargs={"device": "cpu"})
+    li = RecembEmbedding(model_name=str(folder), model_kwargs={"device": "cpu"})
     assert lc._embedder.model is li.embedder.model
     assert_close("langchain documents", emb.encode_documents(TEXTS), lc.embed_documents(TEXTS), 1e-5)
     assert_close("langchain query", emb.encode_queries(["a claim"]), [lc.embed_query("a claim")], 1e-5)

@@ -53,17 +53,17 @@ def ingest(framework: str, model: str, store_path: str, kind: str, texts: dict[s
     if framework == "langchain":
         from langchain_core.documents import Document
 
-        from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
+        from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore
 
-        embeddings = RecEmbEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
+        embeddings = RecembEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
         with RecembVectorStore(embeddings, "c", path=store_path, store_kind=kind, **options) as store:
             store.add_documents([Document(page_content=t, id=i) for i, t in texts.items()])
     else:
         from llama_index.core.schema import TextNode
 
-        from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore
+        from recemb_integrations.llama_index import RecembEmbedding, RecembVectorStore
 
-        embed_model = RecEmbEmbedding(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
+        embed_model = RecembEmbedding(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
         store = RecembVectorStore(collection_name="c", path=store_path, store_kind=kind, embed_model=embed_model,
                                   **options)
         try:
@@ -85,16 +85,16 @@ def held(store_path, kind) -> tuple[dict[str, str], list]:
 
 def searched_ids(framework: str, model: str, store_path, kind: str, query: str, granularity: str) -> set[str]:
     if framework == "langchain":
-        from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore
+        from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore
 
-        embeddings = RecEmbEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
+        embeddings = RecembEmbeddings(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
         with RecembVectorStore(embeddings, "c", path=store_path, store_kind=kind) as store:
             return {d.id for d in store.similarity_search(query, k=50, granularity=granularity, mode="sparse")}
     from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 
-    from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore
+    from recemb_integrations.llama_index import RecembEmbedding, RecembVectorStore
 
-    embed_model = RecEmbEmbedding(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
+    embed_model = RecembEmbedding(model_name=model, model_kwargs={"device": "cpu", "backend": "torch"})
     store = RecembVectorStore(collection_name="c", path=store_path, store_kind=kind, embed_model=embed_model,
                               granularity=granularity)
     try:

@@ -68,7 +68,7 @@ def test_the_api_the_folders_and_the_framework_never_reach_each_other(tmp_path, 
     from langchain_core.documents import Document as LCDocument
 
     from recemb_integrations.langchain import RecembVectorStore as LCStore
-    from recemb_integrations.llama_index import RecEmbEmbedding
+    from recemb_integrations.llama_index import RecembEmbedding
     from recemb_integrations.llama_index import RecembVectorStore as LIStore
     from tests.integrations.test_langchain_store import tiny_embeddings
 
@@ -103,7 +103,7 @@ def test_the_api_the_folders_and_the_framework_never_reach_each_other(tmp_path, 
         with pytest.raises(NotOwnedError, match="the Python API"):
             lc.delete(["api-1"])
         lc.add_documents([LCDocument("a framework note", id="lc-1")])
-    model = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    model = RecembEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
     with LIStore("c", path=store_path, store_kind=store_kind, embed_model=model) as li:
         li.clear()
     documents = held(store_path, store_kind)
@@ -141,12 +141,12 @@ def test_a_framework_delete_never_touches_a_folders_documents(tmp_path, tiny_fol
     from llama_index.core.schema import TextNode
     from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-    from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore
+    from recemb_integrations.llama_index import RecembEmbedding, RecembVectorStore
 
     store_path, docs = tmp_path / "store", folder(tmp_path)
     opts = ["--model", str(tiny_folder), "--qdrant-path", str(store_path), "--collection", "c", "--store", store_kind]
     assert run(capsys, ["sync", str(docs), *opts])[0] == 0
-    model = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    model = RecembEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
     with RecembVectorStore("c", path=store_path, store_kind=store_kind, embed_model=model) as store:
         nodes = [TextNode(id_=i, text=t, metadata={"file_name": "a.txt"}) for i, t in ADDED.items() if i != "a.txt"]
         for node in nodes:

@@ -48,7 +48,7 @@ pytest.importorskip("langchain_core")
 from langchain_core.documents import Document as LCDocument  # noqa: E402
 
 from recemb_integrations.framework_collection import FrameworkCollection  # noqa: E402
-from recemb_integrations.langchain import RecEmbEmbeddings, RecembVectorStore  # noqa: E402
+from recemb_integrations.langchain import RecembEmbeddings, RecembVectorStore  # noqa: E402
 from recemb_integrations.qdrant import content_hash  # noqa: E402
 from recemb_integrations.stores import StoreDamagedError, StoreError, filters, open_store  # noqa: E402
 from tests.integrations.cli_cases import one_line_error, run  # noqa: E402
@@ -217,7 +217,7 @@ def search_points(sync, mode: str, granularity: str) -> set[tuple[str, int | Non
 
 # ---------------------------------------------------------------------- 1. kills during a LangChain add
 def lc_store(tiny_folder, path: Path) -> RecembVectorStore:
-    embeddings = RecEmbEmbeddings(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    embeddings = RecembEmbeddings(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
     return RecembVectorStore(embeddings, "c", path=path, **LC_OPTIONS)
 
 

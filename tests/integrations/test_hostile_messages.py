@@ -381,17 +381,17 @@ def test_bytes_are_refused_with_the_way_to_a_str(tiny_embedder):
 
 
 def _langchain_calls(folder):
-    from recemb_integrations.langchain import RecEmbEmbeddings
+    from recemb_integrations.langchain import RecembEmbeddings
 
-    emb = RecEmbEmbeddings(model_name=str(folder), model_kwargs={"device": "cpu"})
+    emb = RecembEmbeddings(model_name=str(folder), model_kwargs={"device": "cpu"})
     return emb, (lambda: emb.embed_documents(BYTES), lambda: emb.embed_documents([BYTES]),
                  lambda: emb.embed_query(BYTES))
 
 
 def _llama_index_calls(folder):
-    from recemb_integrations.llama_index import RecEmbEmbedding
+    from recemb_integrations.llama_index import RecembEmbedding
 
-    emb = RecEmbEmbedding(model_name=str(folder), model_kwargs={"device": "cpu"})
+    emb = RecembEmbedding(model_name=str(folder), model_kwargs={"device": "cpu"})
     return emb, (lambda: emb.get_text_embedding(BYTES), lambda: emb.get_text_embedding_batch([BYTES]),
                  lambda: emb.get_query_embedding(BYTES))
 
@@ -413,12 +413,12 @@ def test_the_framework_adapters_refuse_bytes_with_the_way_to_a_str(tiny_folder, 
 
 def test_the_sentence_transformers_module_refuses_bytes_with_the_way_to_a_str(tiny_embedder):
     pytest.importorskip("sentence_transformers")
-    from recemb_integrations.sentence_transformers import RecEmbModule
+    from recemb_integrations.sentence_transformers import RecembModule
 
     with pytest.raises(TypeError, match=r"inputs\[0\] is bytes, expected str; decode it first"):
-        RecEmbModule(tiny_embedder).preprocess([BYTES])
+        RecembModule(tiny_embedder).preprocess([BYTES])
     with pytest.raises(TypeError, match=r"inputs must be a list of str, got bytes; decode it first"):
-        RecEmbModule(tiny_embedder).preprocess(BYTES)
+        RecembModule(tiny_embedder).preprocess(BYTES)
 
 
 # ---------------------------------------------------------------------- 8. the long-document example

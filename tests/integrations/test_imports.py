@@ -79,7 +79,7 @@ print(sorted(m for m in ("qdrant_client", "pydantic") if m in sys.modules))
 
 def test_llama_index_needs_bm25_packages_only_for_bm25():
     out = run("import sys; sys.modules['mmh3'] = None\n"
-              "from recemb_integrations.llama_index import RecEmbEmbedding, bm25_sparse_fns\n"
+              "from recemb_integrations.llama_index import RecembEmbedding, bm25_sparse_fns\n"
               "try:\n bm25_sparse_fns()\nexcept ImportError as e: print(e)")
     assert "bash scripts/install.sh sparse" in out
 
@@ -109,4 +109,37 @@ def test_model_free_rooms_load_no_model_and_no_qdrant_client(module):
 def test_the_package_loads_what_is_asked_for_when_it_is_asked_for():
     out = run("import sys\nimport recemb_integrations.qdrant as q\nq.SyncSettings\nprint('torch' in sys.modules)\n"
               "q.QdrantSync\nprint('recemb.core.streaming' in sys.modules)")
+    assert out.split() == ["False", "True"]
+
+
+def test_one_capitalisation_with_the_old_names_kept():
+    """Public classes are spelt ``Recemb...``; the ``RecEmb...`` names of 0.x are the same objects, out of
+    ``__all__``."""
+    out = run("import recemb_integrations.langchain as lc, recemb_integrations.llama_index as li, "
+              "recemb_integrations.langchain_sparse as ls\n"
+              "pairs = [(lc, 'RecEmbEmbeddings', 'RecembEmbeddings'), (li, 'RecEmbEmbedding', 'RecembEmbedding'),"
+              " (ls, 'RecEmbBm25SparseEmbeddings', 'RecembBm25SparseEmbeddings')]\n"
+              "print(all(getattr(m, old) is getattr(m, new) and old not in m.__all__ and new in m.__all__"
+              " for m, old, new in pairs))\n"
+              "print(sorted(n for m in (lc, li, ls) for n in m.__all__ if n.startswith('RecEmb')))")
+    assert out.split() == ["True", "[]"]
+
+
+# What a store over another library's model, or the main job's writing rooms, import: never torch (5-8 s).
+TORCH_FREE = ["recemb_integrations.langchain", "recemb_integrations.langchain_store",
+              "recemb_integrations.llama_index", "recemb_integrations.llama_index_store",
+              "recemb_integrations.framework_collection", "recemb_integrations.qdrant.writer",
+              "recemb_integrations.qdrant.sync", "recemb_integrations.stores", "recemb.core", "recemb.core.options",
+              "recemb.core.texts"]
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_importing_a_store_or_a_room_loads_no_torch(module):
+    out = run(f"import sys\nimport {module}\nprint('torch' in sys.modules)")
+    assert out.strip() == "False", f"{module} loaded torch"
+
+
+def test_torch_loads_when_a_recemb_model_is_asked_for():
+    out = run("import sys\nfrom recemb_integrations.langchain import RecembVectorStore, RecembEmbeddings\n"
+              "print('torch' in sys.modules)\nfrom recemb.core import Embedder\nprint('torch' in sys.modules)")
     assert out.split() == ["False", "True"]

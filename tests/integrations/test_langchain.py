@@ -1,4 +1,4 @@
-"""RecEmbEmbeddings: LangChain's standard suites, the shared model, async, langchain-qdrant dense and hybrid."""
+"""RecembEmbeddings: LangChain's standard suites, the shared model, async, langchain-qdrant dense and hybrid."""
 
 import asyncio
 import time
@@ -13,7 +13,7 @@ from langchain_tests.integration_tests import EmbeddingsIntegrationTests  # noqa
 from langchain_tests.unit_tests import EmbeddingsUnitTests  # noqa: E402
 
 from recemb.core import Embedder  # noqa: E402
-from recemb_integrations.langchain import RecEmbEmbeddings  # noqa: E402
+from recemb_integrations.langchain import RecembEmbeddings  # noqa: E402
 from tests.integrations.conftest import tiny_model_dir  # noqa: E402
 from tests.integrations.hybrid import (  # noqa: E402
     CORPUS,
@@ -25,20 +25,20 @@ from tests.integrations.hybrid import (  # noqa: E402
 from tests.utils import SAMPLE_TEXT  # noqa: E402
 
 
-class TestRecEmbEmbeddingsUnit(EmbeddingsUnitTests):
+class TestRecembEmbeddingsUnit(EmbeddingsUnitTests):
     @property
     def embeddings_class(self):
-        return RecEmbEmbeddings
+        return RecembEmbeddings
 
     @property
     def embedding_model_params(self):
         return {"model_name": tiny_model_dir(), "model_kwargs": {"device": "cpu"}}
 
 
-class TestRecEmbEmbeddingsIntegration(EmbeddingsIntegrationTests):
+class TestRecembEmbeddingsIntegration(EmbeddingsIntegrationTests):
     @property
     def embeddings_class(self):
-        return RecEmbEmbeddings
+        return RecembEmbeddings
 
     @property
     def embedding_model_params(self):
@@ -51,7 +51,7 @@ def reference():
 
 
 def test_documents_plain_queries_instructed(reference):
-    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"}, query_instruction="SciFact",
+    emb = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"}, query_instruction="SciFact",
                            encode_kwargs={"batch_size": 2})
     texts = ["first", "a second, longer text", ""]
     np.testing.assert_allclose(emb.embed_documents(texts), reference.encode_documents(texts), rtol=1e-5, atol=1e-6)
@@ -62,9 +62,9 @@ def test_documents_plain_queries_instructed(reference):
 
 
 def test_one_model_per_model_device_dtype():
-    a = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
-    b = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "vertical_chunk_size": 4})
-    c = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "dtype": "bfloat16"})
+    a = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    b = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "vertical_chunk_size": 4})
+    c = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "dtype": "bfloat16"})
     assert a._embedder.model is b._embedder.model  # shared weights, own settings
     assert b._embedder.vertical_chunk_size == 4 and a._embedder.vertical_chunk_size is None
     assert c._embedder.model is not a._embedder.model
@@ -72,13 +72,13 @@ def test_one_model_per_model_device_dtype():
 
 def test_unknown_options_are_rejected():
     with pytest.raises(ValueError, match="unknown model_kwargs"):
-        RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"devcie": "cpu"})
+        RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"devcie": "cpu"})
     with pytest.raises(ValueError):
-        RecEmbEmbeddings(model_name=tiny_model_dir(), surprise=1)
+        RecembEmbeddings(model_name=tiny_model_dir(), surprise=1)
 
 
 async def test_async_does_not_block_the_event_loop():
-    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    emb = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
     long_text = SAMPLE_TEXT * 300
     ticks = []
 
@@ -103,12 +103,12 @@ def test_langchain_qdrant_store(reference, monkeypatch):
     from qdrant_client import models as qm
 
     calls = {"documents": [], "query": []}
-    original_docs, original_query = RecEmbEmbeddings.embed_documents, RecEmbEmbeddings.embed_query
-    monkeypatch.setattr(RecEmbEmbeddings, "embed_documents",
+    original_docs, original_query = RecembEmbeddings.embed_documents, RecembEmbeddings.embed_query
+    monkeypatch.setattr(RecembEmbeddings, "embed_documents",
                         lambda self, texts: calls["documents"].append(list(texts)) or original_docs(self, texts))
-    monkeypatch.setattr(RecEmbEmbeddings, "embed_query",
+    monkeypatch.setattr(RecembEmbeddings, "embed_query",
                         lambda self, text: calls["query"].append(text) or original_query(self, text))
-    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    emb = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
     texts = ["state space models keep a fixed state", "bread needs a long fermentation", "tides follow the moon"]
     metadatas = [{"topic": "ml"}, {"topic": "food"}, {"topic": "sea"}]
     with closing(QdrantClient(":memory:")) as client:
@@ -147,10 +147,10 @@ def test_bm25_sparse_embeddings_are_recemb_bm25_vectors():
     pytest.importorskip("langchain_qdrant")
     from langchain_qdrant import SparseEmbeddings, SparseVector
 
-    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
     from recemb_integrations.sparse import Bm25
 
-    sparse = RecEmbBm25SparseEmbeddings(avg_len=8.0, k=1.5, b=0.5)
+    sparse = RecembBm25SparseEmbeddings(avg_len=8.0, k=1.5, b=0.5)
     assert isinstance(sparse, SparseEmbeddings)
     texts = [*CORPUS[:3], ""]
     expected = Bm25(avg_len=8.0, k=1.5, b=0.5).embed_documents(texts)  # the settings reach the encoder
@@ -163,9 +163,9 @@ def test_bm25_sparse_embeddings_are_recemb_bm25_vectors():
 
 async def test_bm25_sparse_embeddings_async():
     pytest.importorskip("langchain_qdrant")
-    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
-    sparse = RecEmbBm25SparseEmbeddings()
+    sparse = RecembBm25SparseEmbeddings()
     assert await sparse.aembed_documents(CORPUS[:2]) == sparse.embed_documents(CORPUS[:2])
     assert await sparse.aembed_query("moon") == sparse.embed_query("moon")
 
@@ -178,19 +178,19 @@ def hybrid_store(request, reference):
     from qdrant_client import QdrantClient
     from qdrant_client import models as qm
 
-    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
-    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    emb = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
     if request.param == "from_texts":
         store = QdrantVectorStore.from_texts(
-            CORPUS, embedding=emb, sparse_embedding=RecEmbBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
+            CORPUS, embedding=emb, sparse_embedding=RecembBm25SparseEmbeddings(), retrieval_mode=RetrievalMode.HYBRID,
             sparse_vector_params={"modifier": qm.Modifier.IDF}, location=":memory:", collection_name="hybrid")
     else:
         client = QdrantClient(":memory:")
         client.create_collection(
             "hybrid", vectors_config=qm.VectorParams(size=reference.dim, distance=qm.Distance.COSINE),
             sparse_vectors_config={"langchain-sparse": qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
-        store = QdrantVectorStore(client, "hybrid", embedding=emb, sparse_embedding=RecEmbBm25SparseEmbeddings(),
+        store = QdrantVectorStore(client, "hybrid", embedding=emb, sparse_embedding=RecembBm25SparseEmbeddings(),
                                   retrieval_mode=RetrievalMode.HYBRID)
         store.add_texts(CORPUS)
     with closing(store.client):
@@ -230,9 +230,9 @@ def test_hybrid_search_is_rrf_of_dense_and_bm25_rankings(hybrid_store, rankings,
 def test_sparse_mode_is_the_bm25_ranking(hybrid_store, rankings):
     from langchain_qdrant import QdrantVectorStore, RetrievalMode
 
-    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
-    sparse_only = QdrantVectorStore(hybrid_store.client, "hybrid", sparse_embedding=RecEmbBm25SparseEmbeddings(),
+    sparse_only = QdrantVectorStore(hybrid_store.client, "hybrid", sparse_embedding=RecembBm25SparseEmbeddings(),
                                     retrieval_mode=RetrievalMode.SPARSE)
     for query in QUERIES:
         _, expected = rankings(query)
@@ -253,10 +253,10 @@ def test_langchain_qdrant_creates_sparse_vectors_without_idf_unless_asked():
     pytest.importorskip("langchain_qdrant")
     from langchain_qdrant import QdrantVectorStore, RetrievalMode
 
-    from recemb_integrations.langchain_sparse import RecEmbBm25SparseEmbeddings
+    from recemb_integrations.langchain_sparse import RecembBm25SparseEmbeddings
 
-    emb = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
-    store = QdrantVectorStore.from_texts(["x"], embedding=emb, sparse_embedding=RecEmbBm25SparseEmbeddings(),
+    emb = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    store = QdrantVectorStore.from_texts(["x"], embedding=emb, sparse_embedding=RecembBm25SparseEmbeddings(),
                                          retrieval_mode=RetrievalMode.HYBRID, location=":memory:",
                                          collection_name="plain")
     with closing(store.client):

@@ -19,7 +19,7 @@ from langchain_core.indexing import InMemoryRecordManager, index  # noqa: E402
 from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests  # noqa: E402
 
 from recemb_integrations.framework_collection import AddError  # noqa: E402
-from recemb_integrations.langchain import RecEmbEmbeddings, RecembRetriever, RecembVectorStore  # noqa: E402
+from recemb_integrations.langchain import RecembEmbeddings, RecembRetriever, RecembVectorStore  # noqa: E402
 from recemb_integrations.qdrant import CollectionMismatchError, NotOwnedError, QdrantSync, content_hash  # noqa: E402
 from recemb_integrations.qdrant import Document as RecembDocument  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
@@ -31,8 +31,8 @@ from tests.utils import assert_stored_dense, expected_document_vectors  # noqa: 
 LONG = " ".join(f"Line {i} of the harbour log: the boats came in at dawn with herring and cod." for i in range(40))
 
 
-def tiny_embeddings(folder=None) -> RecEmbEmbeddings:
-    return RecEmbEmbeddings(model_name=str(folder or tiny_model_dir()), model_kwargs={"device": "cpu",
+def tiny_embeddings(folder=None) -> RecembEmbeddings:
+    return RecembEmbeddings(model_name=str(folder or tiny_model_dir()), model_kwargs={"device": "cpu",
                                                                                       "backend": "torch"})
 
 

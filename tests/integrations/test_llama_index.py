@@ -1,4 +1,4 @@
-"""RecEmbEmbedding in LlamaIndex: batching, query path, IngestionPipeline into Qdrant, hybrid search with BM25."""
+"""RecembEmbedding in LlamaIndex: batching, query path, IngestionPipeline into Qdrant, hybrid search with BM25."""
 
 import uuid
 from contextlib import closing
@@ -14,7 +14,7 @@ from llama_index.core.schema import MetadataMode  # noqa: E402
 from llama_index.core.storage.docstore import SimpleDocumentStore  # noqa: E402
 
 from recemb.core import Embedder  # noqa: E402
-from recemb_integrations.llama_index import RecEmbEmbedding  # noqa: E402
+from recemb_integrations.llama_index import RecembEmbedding  # noqa: E402
 from tests.integrations.conftest import tiny_model_dir  # noqa: E402
 from tests.integrations.hybrid import (  # noqa: E402
     CORPUS,
@@ -27,7 +27,7 @@ from tests.integrations.hybrid import (  # noqa: E402
 Settings.llm = None
 
 
-class Spy(RecEmbEmbedding):
+class Spy(RecembEmbedding):
     """Records what LlamaIndex asks to embed."""
 
     def _get_text_embeddings(self, texts):
@@ -59,11 +59,11 @@ def test_text_batches_and_query_path(reference):
     q = emb.get_query_embedding("a claim")
     np.testing.assert_allclose(q, reference.encode_queries(["a claim"], instruction="SciFact")[0], rtol=1e-5,
                                atol=1e-6)
-    assert RecEmbEmbedding.class_name() == "RecEmbEmbedding"
+    assert RecembEmbedding.class_name() == "RecembEmbedding"
 
 
 async def test_async_paths(reference):
-    emb = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    emb = RecembEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
     q = await emb.aget_query_embedding("question")
     docs = await emb.aget_text_embedding_batch(["a", "b"])
     np.testing.assert_allclose(q, reference.encode_queries(["question"])[0], rtol=1e-5, atol=1e-6)
@@ -72,10 +72,10 @@ async def test_async_paths(reference):
 
 def test_shares_the_model_with_langchain_adapter():
     pytest.importorskip("langchain_core")
-    from recemb_integrations.langchain import RecEmbEmbeddings
+    from recemb_integrations.langchain import RecembEmbeddings
 
-    li = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "chunk_size": 3})
-    lc = RecEmbEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "context_extension": "off"})
+    li = RecembEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "chunk_size": 3})
+    lc = RecembEmbeddings(model_name=tiny_model_dir(), model_kwargs={"device": "cpu", "context_extension": "off"})
     assert li.embedder.model is lc._embedder.model
     # Each keeps the settings it was given (the option list is recemb.core.options.MODEL_OPTIONS for both).
     assert (li.embedder.chunk_size, lc._embedder.chunk_size) == (3, None)
@@ -140,7 +140,7 @@ def test_without_splitter_point_ids_must_be_uuids():
     from llama_index.vector_stores.qdrant import QdrantVectorStore
     from qdrant_client import QdrantClient
 
-    emb = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    emb = RecembEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
     with closing(QdrantClient(":memory:")) as client:
         store = QdrantVectorStore(collection_name="raw", client=client)
         with pytest.raises(ValueError, match="not a valid UUID"):
@@ -187,7 +187,7 @@ def hybrid_index():
     from recemb_integrations.llama_index import bm25_sparse_fns
 
     doc_fn, query_fn = bm25_sparse_fns()
-    emb = RecEmbEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
+    emb = RecembEmbedding(model_name=tiny_model_dir(), model_kwargs={"device": "cpu"})
     with closing(QdrantClient(":memory:")) as client:
         store = QdrantVectorStore("hybrid", client=client, enable_hybrid=True, sparse_doc_fn=doc_fn,
                                   sparse_query_fn=query_fn,

@@ -20,7 +20,7 @@ from llama_index.core.schema import TextNode  # noqa: E402
 from llama_index.core.storage.docstore import SimpleDocumentStore  # noqa: E402
 from llama_index.core.vector_stores import SimpleVectorStore  # noqa: E402
 
-from recemb_integrations.llama_index import EmbedInStore, RecEmbEmbedding, RecembVectorStore  # noqa: E402
+from recemb_integrations.llama_index import EmbedInStore, RecembEmbedding, RecembVectorStore  # noqa: E402
 from recemb_integrations.qdrant import content_hash  # noqa: E402
 from tests.integrations.cli_cases import write  # noqa: E402
 from tests.utils import passage_windows  # noqa: E402
@@ -30,10 +30,10 @@ PASSAGES = dict(passage_tokens=16, passage_overlap=4, passages_above=32)
 TEXTS = {"a.txt": LONG, "b.txt": "the tide follows the moon", "c.txt": "bread needs time to rise"}
 
 
-def counting_model(tiny_folder, monkeypatch) -> tuple[RecEmbEmbedding, list[tuple[int, ...]], list[str]]:
+def counting_model(tiny_folder, monkeypatch) -> tuple[RecembEmbedding, list[tuple[int, ...]], list[str]]:
     """The model; every sequence of ids that reaches it (``embed_token_ids``: the one way in for texts of this size,
     whole or as passages); and every text handed to it whole through ``encode_documents``."""
-    model = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    model = RecembEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
     sequences: list[tuple[int, ...]] = []
     texts: list[str] = []
     encode_documents, embed_token_ids = model.embedder.encode_documents, model.embedder.embed_token_ids

@@ -33,7 +33,7 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 )
 
 from recemb_integrations.framework_collection import AddError  # noqa: E402
-from recemb_integrations.llama_index import RecEmbEmbedding, RecembVectorStore  # noqa: E402
+from recemb_integrations.llama_index import RecembEmbedding, RecembVectorStore  # noqa: E402
 from recemb_integrations.qdrant import CollectionMismatchError, QdrantSync, VectorError, content_hash  # noqa: E402
 from recemb_integrations.stores import open_store  # noqa: E402
 from tests.integrations.cli_cases import run, write  # noqa: E402
@@ -45,8 +45,8 @@ PASSAGES = dict(passage_tokens=16, passage_overlap=4, passages_above=32)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_model(folder) -> RecEmbEmbedding:
-    return RecEmbEmbedding(model_name=str(folder), model_kwargs={"device": "cpu", "backend": "torch"})
+def tiny_model(folder) -> RecembEmbedding:
+    return RecembEmbedding(model_name=str(folder), model_kwargs={"device": "cpu", "backend": "torch"})
 
 
 class HashEmbedding(BaseEmbedding):

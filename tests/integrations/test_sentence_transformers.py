@@ -1,4 +1,4 @@
-"""RecEmbModule through SentenceTransformer: export, load (folder and offline hub id), prompts, batching."""
+"""RecembModule through SentenceTransformer: export, load (folder and offline hub id), prompts, batching."""
 
 import json
 import subprocess
@@ -12,7 +12,7 @@ st = pytest.importorskip("sentence_transformers")
 
 from recemb.core import Embedder  # noqa: E402
 from recemb.core.prompts import DEFAULT_INSTRUCTION, TASK_INSTRUCTIONS  # noqa: E402
-from recemb_integrations.sentence_transformers import RecEmbModule, export_sentence_transformers  # noqa: E402
+from recemb_integrations.sentence_transformers import RecembModule, export_sentence_transformers  # noqa: E402
 from tests.utils import assert_close, save_mamba_ssm_checkpoint, transformers_model  # noqa: E402
 
 TEXTS = ["a first sentence", "", "a much longer second text about recurrent state " * 12, "third one"]
@@ -36,7 +36,7 @@ def embedder(exported):
 def test_exported_folder_layout(exported):
     modules = json.loads((exported / "modules.json").read_text())
     assert len(modules) == 2 and modules[0]["path"] == ""
-    assert modules[0]["type"] == "recemb_integrations.sentence_transformers.RecEmbModule"
+    assert modules[0]["type"] == "recemb_integrations.sentence_transformers.RecembModule"
     assert modules[1]["type"].startswith("sentence_transformers.") and modules[1]["type"].endswith("Normalize")
     config = json.loads((exported / "config_sentence_transformers.json").read_text())
     assert config["prompts"]["query"] == f"Instruct: {DEFAULT_INSTRUCTION}\nQuery: "
@@ -50,6 +50,22 @@ def test_exported_folder_layout(exported):
     assert (exported / "tokenizer.json").exists() and (exported / "model.safetensors").exists()
     card = (exported / "README.md").read_text()
     assert "trust_remote_code=True" in card and "vertical_chunk_size" in card
+
+
+def test_folder_saved_under_the_old_class_name_loads(exported, st_model, tmp_path):
+    """Folders exported before one capitalisation name ``RecEmbModule`` in modules.json: they load the same model."""
+    import shutil
+
+    from recemb_integrations import sentence_transformers as module
+
+    old = shutil.copytree(exported, tmp_path / "old")
+    modules = json.loads((old / "modules.json").read_text())
+    modules[0]["type"] = "recemb_integrations.sentence_transformers.RecEmbModule"
+    (old / "modules.json").write_text(json.dumps(modules))
+    assert module.RecEmbModule is RecembModule and "RecEmbModule" not in module.__all__
+    loaded = st.SentenceTransformer(str(old), trust_remote_code=True, device="cpu")
+    assert isinstance(loaded[0], RecembModule)
+    assert_close("old folder", st_model.encode(TEXTS[:2]), loaded.encode(TEXTS[:2]), 0.0)
 
 
 def test_backbone_loads_in_transformers(exported, tiny_folder):
@@ -157,7 +173,7 @@ def test_bad_input_names_index(st_model):
 
 def test_module_is_registered_for_device_moves(st_model):
     assert any(p is st_model[0].encoder.embeddings.weight for p in st_model.parameters())
-    assert isinstance(st_model[0], RecEmbModule)
+    assert isinstance(st_model[0], RecembModule)
 
 
 def test_missing_framework_names_the_extra():

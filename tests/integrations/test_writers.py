@@ -61,7 +61,7 @@ def test_an_id_made_to_spell_a_passage_key_is_refused_everywhere_and_the_passage
     pytest.importorskip("llama_index.core")
     from llama_index.core.schema import TextNode
 
-    from recemb_integrations.llama_index import RecEmbEmbedding
+    from recemb_integrations.llama_index import RecembEmbedding
     from recemb_integrations.llama_index import RecembVectorStore as LIStore
 
     store_path, docs = tmp_path / "store", folder_with_a_long_file(tmp_path)
@@ -77,7 +77,7 @@ def test_an_id_made_to_spell_a_passage_key_is_refused_everywhere_and_the_passage
         lc.delete(["ok"])
         with pytest.raises(AddError, match="NUL character"):
             lc.add_texts(["again"], ids=[forged])
-    model = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    model = RecembEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
     with LIStore("c", path=store_path, store_kind=store_kind, embed_model=model) as li:
         with pytest.raises(AddError, match="NUL character"):
             li.add([TextNode(id_=forged, text="overwrite passage 0")])
@@ -168,7 +168,7 @@ def test_bad_ids_are_refused_by_name_at_every_entrance(tmp_path, tiny_folder, ti
     pytest.importorskip("llama_index.core")
     from llama_index.core.schema import TextNode
 
-    from recemb_integrations.llama_index import RecEmbEmbedding
+    from recemb_integrations.llama_index import RecembEmbedding
     from recemb_integrations.llama_index import RecembVectorStore as LIStore
 
     cases = [("", "cannot be empty"), ("   ", "cannot be blank"), ("s\udc80", "lone surrogate")]
@@ -188,7 +188,7 @@ def test_bad_ids_are_refused_by_name_at_every_entrance(tmp_path, tiny_folder, ti
         assert lc.add_documents([LCDocument("no id given")]) == [lc.add_texts(["no id given"])[0]]  # made, stable
         with pytest.raises(TypeError, match="needs the query's vector"):
             lc.similarity_search_by_vector(None)
-    model = RecEmbEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
+    model = RecembEmbedding(model_name=str(tiny_folder), model_kwargs={"device": "cpu", "backend": "torch"})
     with LIStore("c", path=tmp_path / "li", embed_model=model) as li:
         for bad, why in cases[1:]:  # (LlamaIndex makes an id for an empty one itself)
             with pytest.raises(AddError, match=why):
