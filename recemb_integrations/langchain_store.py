@@ -35,7 +35,7 @@ from recemb_integrations.framework_collection import (  # noqa: E402
     check_granularity,
     recemb_fields,
 )
-from recemb_integrations.langchain import RecembEmbeddings  # noqa: E402
+from recemb_integrations.langchain_embeddings import RecembEmbeddings  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.external import MODEL_OPTIONS, ExternalEmbedder  # noqa: E402
 from recemb_integrations.qdrant.external import external_embedder as other_model  # noqa: E402

@@ -51,7 +51,7 @@ from recemb_integrations.framework_collection import (  # noqa: E402
     check_granularity,
     recemb_fields,
 )
-from recemb_integrations.llama_index import RecembEmbedding  # noqa: E402
+from recemb_integrations.llama_index_embedding import RecembEmbedding  # noqa: E402
 from recemb_integrations.qdrant.collection import read_record  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.documents import StoredDocument, check_document_ids  # noqa: E402

@@ -8,7 +8,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The folders checked; each is its import path (recemb/core is recemb.core).
 PACKAGES = ("recemb/kernels", "recemb/core", "recemb_integrations", "tools")
 ADAPTERS = ("recemb_integrations.sentence_transformers", "recemb_integrations.langchain",
-            "recemb_integrations.langchain_sparse", "recemb_integrations.llama_index")
+            "recemb_integrations.langchain_embeddings", "recemb_integrations.langchain_sparse",
+            "recemb_integrations.llama_index", "recemb_integrations.llama_index_embedding")
 # The main job as a framework's vector store: a collection kept by QdrantSync, searched through it.
 FRAMEWORK_STORES = ("recemb_integrations.langchain_store", "recemb_integrations.llama_index_store")
 MAIN_JOB = ("recemb_integrations.qdrant", "recemb_integrations.migrate", "recemb_integrations.sparse",
@@ -25,7 +26,9 @@ RULES = [
     (FRAMEWORK_STORES, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.stores", *MAIN_JOB,
                         *ADAPTERS)),
     # An adapter module names its framework's store (RecembVectorStore), loaded from FRAMEWORK_STORES when asked for.
-    (ADAPTERS, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.sparse", *FRAMEWORK_STORES)),
+    # The framework's module (langchain.py, llama_index.py) re-exports the embedding class of its own module.
+    (ADAPTERS, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.sparse", *FRAMEWORK_STORES,
+                "recemb_integrations.langchain_embeddings", "recemb_integrations.llama_index_embedding")),
     (MAIN_JOB, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.stores", *MAIN_JOB,
                 "recemb_integrations.sources")),
     # Folder sources: walking, reading and hashing files; never the model (test_folder_sources_import_no_model_code).
@@ -232,3 +235,74 @@ def test_no_store_module_is_over_500_lines():
     long = {p.name: n for p in (ROOT / "recemb_integrations" / "stores").glob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
     assert not long, long
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (any import statement, inside functions too; ``from a import b``
+    is an import of module ``a.b`` where that is a module, else of ``a``)."""
+    paths = {module_name(p): p for folder in PACKAGES for p in sorted((ROOT / folder).rglob("*.py"))}
+    graph = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in paths)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in paths:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & set(paths)
+                found.update(subs)
+                if len(subs) < len(node.names):  # names defined in the module itself
+                    found.add(node.module)
+        graph[name] = found - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = []
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    part.append(member)
+                    if member == node:
+                        break
+                if len(part) > 1:
+                    out.append(sorted(part))
+    return out
+
+
+def test_no_import_circle():
+    """No two modules import each other, directly or around a loop, not even lazily inside a function: each
+    package's interface lives apart from what implements it (stores/interface.py, the embeddings apart from the
+    stores that take them)."""
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

@@ -25,7 +25,8 @@ from typing import Any
 
 from recemb_integrations._imports import require
 from recemb_integrations.sparse import SparseVector
-from recemb_integrations.stores import (
+from recemb_integrations.stores.filters import to_client
+from recemb_integrations.stores.interface import (
     COMPACT_LAYOUTS,
     DEFAULT_LAYOUT,
     DENSE_VECTOR,
@@ -44,7 +45,6 @@ from recemb_integrations.stores import (
     StoreError,
     StoreFullError,
 )
-from recemb_integrations.stores.filters import to_client
 
 __all__ = ["ClientStore", "LOCAL_MODE_LARGE", "open_local"]
 

@@ -51,12 +51,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from recemb_integrations.stores import (
-    COMPACT_LAYOUTS,
-    LAYOUT_LEAN,
-    SearchRequest,
-    StoredPoint,
-)
 from recemb_integrations.stores.edge_checks import (
     INDEX_SPACE_PER_POINT,
     OPTIMIZE_SPACE_FACTOR,
@@ -87,6 +81,12 @@ from recemb_integrations.stores.edge_layouts import (
 )
 from recemb_integrations.stores.edge_points import encode, from_edge, group_points, payload_bytes, to_edge
 from recemb_integrations.stores.footprint import Footprint, disk_by_part, file_sizes_by_part, resident_by_part
+from recemb_integrations.stores.interface import (
+    COMPACT_LAYOUTS,
+    LAYOUT_LEAN,
+    SearchRequest,
+    StoredPoint,
+)
 
 __all__ = ["COLLECTION_FILE", "COMPACT_HNSW_EF", "COMPACT_SEGMENTS", "EDGE_MARKER", "EdgeStore", "GROUP_FETCH_MIN",
            "GROUP_FUSE_ALL_BELOW", "HNSW_EF", "INDEX_SPACE_PER_POINT", "OPTIMIZE_AFTER_POINTS",

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from recemb_integrations.stores import DENSE_VECTOR, StoreError, StoreFullError
+from recemb_integrations.stores.interface import DENSE_VECTOR, StoreError, StoreFullError
 
 __all__ = ["INDEX_SPACE_PER_POINT", "OPTIMIZE_SPACE_FACTOR", "RECOVER", "SPACE_FLOOR", "UNIT_TOLERANCE",
            "VECTOR_SAMPLE", "WRITE_SPACE_FACTOR", "engine_error", "ensure_space", "file_usage", "free_space",

@@ -16,19 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from recemb_integrations._imports import require
-from recemb_integrations.stores import (
-    COMPACT_LAYOUTS,
-    DEFAULT_LAYOUT,
-    DENSE_VECTOR,
-    INTEGER,
-    KEYWORD,
-    LAYOUT_RAM,
-    STORE_LAYOUTS,
-    CollectionInfo,
-    Store,
-    StoreDamagedError,
-    StoreError,
-)
 from recemb_integrations.stores.edge_checks import (
     INDEX_SPACE_PER_POINT,
     RECOVER,
@@ -61,6 +48,19 @@ from recemb_integrations.stores.edge_layouts import (
     OPTIMIZE_AFTER_POINTS,
     edge_config,
     payload_index_schema,
+)
+from recemb_integrations.stores.interface import (
+    COMPACT_LAYOUTS,
+    DEFAULT_LAYOUT,
+    DENSE_VECTOR,
+    INTEGER,
+    KEYWORD,
+    LAYOUT_RAM,
+    STORE_LAYOUTS,
+    CollectionInfo,
+    Store,
+    StoreDamagedError,
+    StoreError,
 )
 
 __all__ = ["EdgeCollections"]

@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from recemb_integrations.stores import StoreDamagedError, StoreError, StoreFullError
 from recemb_integrations.stores.edge_checks import RECOVER, SPACE_FLOOR, file_usage, free_space, one_line, size_text
+from recemb_integrations.stores.interface import StoreDamagedError, StoreError, StoreFullError
 
 __all__ = ["COLLECTION_FILE", "EDGE_LOCK", "EDGE_MARKER", "STORE_FORMAT", "copy_store", "fsync_dir",
            "holds_other_files", "lock", "read_marker", "read_record", "write_file", "write_json"]

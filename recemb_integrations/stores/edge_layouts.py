@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from recemb_integrations.stores import (
+from recemb_integrations.stores.interface import (
     COMPACT_LAYOUTS,
     DENSE_VECTOR,
     INT8_QUANTILE,

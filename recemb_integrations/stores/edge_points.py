@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from recemb_integrations.sparse import SparseVector
-from recemb_integrations.stores import StoredPoint
+from recemb_integrations.stores.interface import StoredPoint
 
 __all__ = ["FALSE_MARKER", "TRUE_MARKER", "decode", "encode", "from_edge", "group_points", "payload_bytes",
            "to_edge"]

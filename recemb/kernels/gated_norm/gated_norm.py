@@ -14,13 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from recemb.kernels._backend import resolve_backend
+from recemb.kernels.gated_norm.checks import check_group_size
 
 __all__ = ["gated_rms_norm", "gated_rms_norm_torch"]
-
-
-def _check_group_size(d: int, group_size: int) -> None:
-    if d % group_size != 0:
-        raise ValueError(f"channels {d} are not a multiple of group_size {group_size}")
 
 
 def gated_rms_norm(
@@ -65,7 +61,7 @@ def gated_rms_norm_torch(
         (..., d) in the dtype of ``weight * y`` (computed in fp32, cast back to y.dtype before the weight)
     """
     *prefix, d = y.shape
-    _check_group_size(d, group_size)
+    check_group_size(d, group_size)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (y, z, weight))
     if not needs_grad and y.dtype == torch.float32 and weight.dtype == torch.float32:
         return _gated_rms_norm_inference(y, z, weight, group_size, eps, inplace=inplace)

@@ -25,7 +25,7 @@ from recemb.kernels._triton_utils import (
     next_power_of_2,
     same_device,
 )
-from recemb.kernels.gated_norm.gated_norm import _check_group_size
+from recemb.kernels.gated_norm.checks import check_group_size
 
 __all__ = ["gated_rms_norm_triton"]
 
@@ -97,7 +97,7 @@ def _gated_rms_norm_fwd(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     *prefix, dim = y.shape
-    _check_group_size(dim, group_size)
+    check_group_size(dim, group_size)
     assert weight.shape == (dim,), f"weight must be ({dim},), got {tuple(weight.shape)}"
     if z is not None:
         assert z.shape == y.shape, f"z must have y's shape {tuple(y.shape)}, got {tuple(z.shape)}"
