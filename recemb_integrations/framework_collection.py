@@ -133,6 +133,7 @@ class FrameworkCollection:
         self._options = options
         self._store: Store | None = None
         self._sync: QdrantSync | None = None
+        self._seen = False  # the collection was found (or made) once: a search does not ask again
         self._lock = threading.RLock()  # one opening of the store, one QdrantSync, whatever thread asks first
         self._writing = threading.Lock()  # writes one at a time (async callers run them in threads): each plan is
         # made from what the previous write left
@@ -169,14 +170,18 @@ class FrameworkCollection:
         return self.sync.embedder
 
     def exists(self) -> bool:
-        return self.sync.calls(self.store.collection_exists, self.collection_name)
+        """Whether the collection exists; once it has been seen the answer is kept (a search finds out otherwise:
+        ``search``)."""
+        if not self._seen:
+            self._seen = self.sync.calls(self.store.collection_exists, self.collection_name)
+        return self._seen
 
     def close(self) -> None:
         """Release the store, where this instance opened it (a given client stays the caller's)."""
         with self._lock:
             if self._store is not None and self._given_store is None:
                 self._store.close()
-            self._store, self._sync = None, None
+            self._store, self._sync, self._seen = None, None, False
 
     def __enter__(self) -> FrameworkCollection:
         return self
@@ -243,16 +248,19 @@ class FrameworkCollection:
         if granularity is RAG_GRANULARITY:
             sync.ensure_collection(create=False)
             granularity = KIND_PASSAGE if sync.settings.passages else KIND_DOCUMENT
-        hits = sync.search(query, limit=k, instruction=self.instruction, filter=filter, granularity=granularity,
-                           mode=mode, query_vector=query_vector,
-                           per_document=per_document if granularity != KIND_DOCUMENT else None)
-        passage_owners = sorted({h.document_id for h in hits if h.passage is not None})
-        # A passage hit's line needs its document's text: fetched once per document, where the collection stores it.
-        texts = {d.id: d.text for d in self.get(passage_owners)} if passage_owners else {}
+        try:
+            hits = sync.search(query, limit=k, instruction=self.instruction, filter=filter, granularity=granularity,
+                               mode=mode, query_vector=query_vector,
+                               per_document=per_document if granularity != KIND_DOCUMENT else None)
+        except Exception:
+            self._seen = False  # deleted since it was seen (another process): as if never made, else the error
+            if not self.exists():
+                return []
+            raise
         reader = EvidenceReader()
         found = []
-        for hit in hits:
-            original = reader.original(hit, texts.get(hit.document_id) if hit.passage is not None else None)
+        for hit in hits:  # a passage hit's line comes from its document's text, read with the hit where stored
+            original = reader.original(hit, hit.document_text if hit.passage is not None else None)
             start, end = hit.span if hit.span is not None else (None, None)
             kind = KIND_PASSAGE if hit.passage is not None else KIND_DOCUMENT
             found.append(Found(hit.document_id, original.text, dict(hit.metadata), hit.score, kind,

@@ -45,7 +45,7 @@ from typing import Any
 # this package) loads neither torch nor qdrant-client.
 _EXPORTS = {
     "QdrantSync": "sync",
-    "Document": "documents", "DocumentSource": "documents", "SyncReport": "documents", "SearchHit": "documents",
+    "Document": "documents", "DocumentSource": "documents", "SyncReport": "documents", "SearchHit": "search",
     "WriteOutcome": "documents", "StoredDocument": "documents", "ExternalEmbedder": "external",
     "SyncSettings": "record", "RequestedSettings": "record", "CollectionRecord": "record", "NO_PASSAGES": "record",
     "DEFAULT_PASSAGE_TOKENS": "record", "DEFAULT_PASSAGE_OVERLAP": "record", "DEFAULT_PASSAGES_ABOVE": "record",

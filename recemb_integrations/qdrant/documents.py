@@ -11,7 +11,7 @@ from typing import Any
 
 from recemb_integrations.qdrant.points import clean_document_id, content_hash, id_problem
 
-__all__ = ["Document", "DocumentEntry", "DocumentSource", "SearchHit", "StoredDocument", "SyncReport", "WriteOutcome",
+__all__ = ["Document", "DocumentEntry", "DocumentSource", "StoredDocument", "SyncReport", "WriteOutcome",
            "check_document_ids", "metadata_problem", "read_entries"]
 
 # Qdrant keeps a payload's integers as signed 64-bit values; a larger one would come back as a float of another value.
@@ -197,34 +197,6 @@ def _surrogate(text: str) -> int | None:
     except UnicodeEncodeError as e:
         return e.start
 
-
-@dataclass
-class SearchHit:
-    """One result of a search. Character offsets (``start``/``end``, ``best_passage_start``/``best_passage_end``) are
-    into the document's text as the sync read it (``text[start:end]`` is the passage); None for passages written
-    before recemb recorded them (their stored text is then the tokens' decode)."""
-
-    document_id: str
-    score: float
-    metadata: dict[str, Any]
-    text: str | None = None  # the document's text (or, for a passage hit, the passage's), where stored
-    passage: int | None = None  # passage index for passage hits, None for whole-document hits
-    best_passage: int | None = None  # document hits of a collection with passages: the passage that scored best
-    best_passage_text: str | None = None  # ... and its text, where stored
-    start: int | None = None  # a passage hit's characters in its document
-    end: int | None = None
-    best_passage_start: int | None = None  # a document hit's best passage's characters
-    best_passage_end: int | None = None
-    content_hash: str | None = None  # the hash of the document's text the hit was made from (its own point's)
-
-    @property
-    def span(self) -> tuple[int, int] | None:
-        """The characters of the passage that matched (a passage hit's own, a document hit's best), where known."""
-        if self.start is not None and self.end is not None:
-            return self.start, self.end
-        if self.best_passage_start is not None and self.best_passage_end is not None:
-            return self.best_passage_start, self.best_passage_end
-        return None
 
 
 def read_entries(documents: Iterable[Document | DocumentSource | tuple]

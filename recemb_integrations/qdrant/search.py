@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from recemb_integrations.qdrant.calls import StoreCalls
-from recemb_integrations.qdrant.documents import SearchHit
 from recemb_integrations.qdrant.errors import SearchNotice
 from recemb_integrations.qdrant.points import KIND_DOCUMENT, KIND_PASSAGE, match, point_id
 from recemb_integrations.qdrant.record import CollectionRecord, bm25_encoders
@@ -18,7 +17,7 @@ from recemb_integrations.sparse import Bm25
 from recemb_integrations.stores import DENSE_VECTOR, SearchRequest, filters
 
 __all__ = ["DEFAULT_FUSION", "FUSIONS", "GRANULARITIES", "MAX_SEARCH_LIMIT", "PREFETCH_MIN", "PREFETCH_PER_HIT",
-           "RRF_K", "SEARCH_MODES", "Searchable", "check_search", "metadata_condition", "search"]
+           "RRF_K", "SEARCH_MODES", "SearchHit", "Searchable", "check_search", "metadata_condition", "search"]
 
 SEARCH_MODES = ("hybrid", "dense", "sparse")
 FUSIONS = ("dbsf", "rrf")
@@ -32,6 +31,38 @@ RRF_K = 61
 MAX_SEARCH_LIMIT = 10_000  # hits one search returns at most: its candidates and HNSW beam stay in the stores' range
 PREFETCH_MIN = 100  # candidates each side of a hybrid search brings to the fusion, at least
 PREFETCH_PER_HIT = 5  # ... and per requested hit
+
+
+@dataclass
+class SearchHit:
+    """One result of a search. Character offsets (``start``/``end``, ``best_passage_start``/``best_passage_end``) are
+    into the document's text as the sync read it (``text[start:end]`` is the passage); None for passages written
+    before recemb recorded them (their stored text is then the tokens' decode)."""
+
+    document_id: str
+    score: float
+    metadata: dict[str, Any]
+    text: str | None = None  # the document's text (or, for a passage hit, the passage's), where stored
+    passage: int | None = None  # passage index for passage hits, None for whole-document hits
+    best_passage: int | None = None  # document hits of a collection with passages: the passage that scored best
+    best_passage_text: str | None = None  # ... and its text, where stored
+    start: int | None = None  # a passage hit's characters in its document
+    end: int | None = None
+    best_passage_start: int | None = None  # a document hit's best passage's characters
+    best_passage_end: int | None = None
+    content_hash: str | None = None  # the hash of the document's text the hit was made from (its own point's)
+    # a passage hit's whole document text, where the collection stores it: read with the document's own point for
+    # the version check, so a hit's line needs no second fetch
+    document_text: str | None = None
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """The characters of the passage that matched (a passage hit's own, a document hit's best), where known."""
+        if self.start is not None and self.end is not None:
+            return self.start, self.end
+        if self.best_passage_start is not None and self.best_passage_end is not None:
+            return self.best_passage_start, self.best_passage_end
+        return None
 
 
 @dataclass(frozen=True)
@@ -158,15 +189,9 @@ def search(calls: StoreCalls, target: Searchable, embedder: Any, query: str, lim
     excluded: set[tuple[str, str]] = set()
 
     def full_groups(size: int) -> list:
-        nonlocal candidates
-        while True:
-            # Each group's hits come best first. A hybrid search fuses only the prefetched candidates; when they
-            # hold fewer than ``limit`` documents and more exist, the search is repeated with more candidates, so
-            # a page is full.
-            groups = calls(store.query_groups, collection, request(candidates, excluded), "document_id", size)
-            if mode != "hybrid" or len(groups) >= limit or candidates >= calls(store.count, collection):
-                return groups
-            candidates = min(candidates * 4, calls(store.count, collection))
+        # Each group's hits come best first; the store fills the page (``Store.query_groups``: a hybrid search
+        # whose candidates hold fewer than ``limit`` documents is widened where more exist).
+        return calls(store.query_groups, collection, request(candidates, excluded), "document_id", size)
 
     while True:
         if grouped:  # two a group: a document whose own point leads still shows its best passage
@@ -236,6 +261,8 @@ def _point_hits(calls: StoreCalls, collection: str, points) -> tuple[list[Search
         hit = _hit(p.payload, p.score)
         own = p.payload if p.payload.get("kind") == KIND_DOCUMENT else owners.get(hit.document_id) or {}
         hit.content_hash = own.get("content_hash")
+        if hit.passage is not None:
+            hit.document_text = own.get("text")
         hits.append(hit)
     return hits, incomplete
 

@@ -16,7 +16,6 @@ from recemb_integrations.qdrant.collection import SCAN_PAGE, prepare_collection,
 from recemb_integrations.qdrant.documents import (
     Document,
     DocumentEntry,
-    SearchHit,
     StoredDocument,
     SyncReport,
     WriteOutcome,
@@ -67,7 +66,14 @@ from recemb_integrations.qdrant.record import (
     check_collection_name,
     decide_settings,
 )
-from recemb_integrations.qdrant.search import DEFAULT_FUSION, Searchable, check_search, metadata_condition, search
+from recemb_integrations.qdrant.search import (
+    DEFAULT_FUSION,
+    Searchable,
+    SearchHit,
+    check_search,
+    metadata_condition,
+    search,
+)
 from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
 from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize, UpdateRecord

@@ -242,9 +242,18 @@ class ClientStore(Store):
     @_local_errors
     def query_groups(self, collection: str, request: SearchRequest, group_by: str,
                      group_size: int) -> list[list[StoredPoint]]:
-        result = self.client.query_points_groups(collection, group_by=group_by, limit=request.limit,
-                                                 group_size=group_size, with_payload=request.with_payload,
-                                                 **_query_arguments(request))
+        everything = None
+        while True:
+            result = self.client.query_points_groups(collection, group_by=group_by, limit=request.limit,
+                                                     group_size=group_size, with_payload=request.with_payload,
+                                                     **_query_arguments(request))
+            if request.fusion is None or len(result.groups) >= request.limit:
+                break
+            # a fusion of the prefetched candidates only: fewer groups than asked, more candidates where they exist
+            everything = self.count(collection) if everything is None else everything
+            if request.candidates >= everything:
+                break
+            request = replace(request, candidates=min(request.candidates * 4, everything))
         return [[_from_client(p) for p in group.hits] for group in result.groups]
 
     def close(self) -> None:

@@ -169,7 +169,9 @@ class Store(ABC):
     def query_groups(self, collection: str, request: SearchRequest, group_by: str,
                      group_size: int) -> list[list[StoredPoint]]:
         """The best ``request.limit`` groups of points sharing the payload value ``group_by``, best group first, each
-        holding its best ``group_size`` points, best first."""
+        holding its best ``group_size`` points, best first. A full page: where the collection holds ``limit``
+        groups matching the request, that many come back, a hybrid search's candidates widened as needed (a fusion
+        ranks only the candidates each side brings; long documents' passages can fill them with few groups)."""
 
     def optimize(self, collection: str, show_progress_bar: bool | None = None) -> bool:
         """Build search indexes after a large write, where the store does not do it by itself. True if it ran."""
