@@ -37,8 +37,8 @@ from recemb_integrations.qdrant.sync import QdrantSync
 from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.stores import Store, as_store, open_store
 
-__all__ = ["AddError", "FrameworkCollection", "Found", "PER_DOCUMENT", "RAG_GRANULARITY", "SYNC_OPTIONS",
-           "check_granularity", "merge_overlaps", "recemb_fields"]
+__all__ = ["AddError", "FrameworkCollection", "Found", "PER_DOCUMENT", "RAG_GRANULARITY", "STORE_DEFAULT",
+           "SYNC_OPTIONS", "check_granularity", "merge_overlaps", "recemb_fields"]
 
 # The main job's options a framework store passes on to ``QdrantSync`` (its docstring says what each does).
 SYNC_OPTIONS = ("passage_tokens", "passage_overlap", "passages_above", "long_documents", "store_text", "sparse",
@@ -46,6 +46,16 @@ SYNC_OPTIONS = ("passage_tokens", "passage_overlap", "passages_above", "long_doc
 # A search's default: passages where the collection has them, else documents (each its own only passage).
 RAG_GRANULARITY = None
 PER_DOCUMENT = 1  # hits of one document among a search's k, by default: each document once
+
+
+class _StoreDefault:
+    """A search option not given: the framework store's own (``granularity`` and ``per_document`` take None)."""
+
+    def __repr__(self) -> str:
+        return "STORE_DEFAULT"
+
+
+STORE_DEFAULT: Any = _StoreDefault()
 
 
 def check_granularity(granularity: Any) -> str | None:

@@ -30,6 +30,7 @@ _embeddings = require("langchain_core.embeddings", "langchain")
 from recemb_integrations.framework_collection import (  # noqa: E402
     PER_DOCUMENT,
     RAG_GRANULARITY,
+    STORE_DEFAULT,
     Found,
     FrameworkCollection,
     check_granularity,
@@ -188,24 +189,42 @@ class RecembVectorStore(_vectorstores.VectorStore):
         return await asyncio.to_thread(self.get_by_ids, ids)
 
     # ------------------------------------------------------------------ reads
-    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[LCDocument, float]]:
-        """The ``k`` best hits with their scores. ``filter``: metadata key -> value (all must match; a list matches
-        any of its values) or a qdrant ``models.Filter``; ``mode``: "hybrid" (the collection's default with BM25),
-        "dense" or "sparse"; ``granularity``: "document", "passage" or "any". A hybrid score ranks one search's hits
-        against each other; "dense" scores are cosine similarities; ``per_document``: at most this many hits of
-        one document (None: no limit). Without ``granularity``, the store's (see the class docstring)."""
-        return [(as_document(f), f.score) for f in self._search(query, k, kwargs)]
+    def similarity_search_with_score(self, query: str, k: int = 4, *, filter: dict[str, Any] | Any | None = None,
+                                     mode: str | None = None, granularity: str | None = STORE_DEFAULT,
+                                     per_document: int | None = STORE_DEFAULT, **kwargs: Any
+                                     ) -> list[tuple[LCDocument, float]]:
+        """The ``k`` best hits with their scores.
 
-    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
-        return [document for document, _ in self.similarity_search_with_score(query, k, **kwargs)]
+        Args:
+            filter: metadata key -> value (all must match; a list matches any of its values) or a qdrant
+                ``models.Filter``.
+            mode: "hybrid" (the collection's default with BM25), "dense" or "sparse". A hybrid score ranks one
+                search's hits against each other; "dense" scores are cosine similarities.
+            granularity: "document", "passage", "any", or None (passages where the collection has them); not
+                given: the store's (see the class docstring).
+            per_document: at most this many hits of one document (None: no limit); not given: the store's."""
+        return [(as_document(f), f.score) for f in self._search(query, k, filter, mode, granularity, per_document,
+                                                                 kwargs)]
 
-    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[LCDocument]:
+    def similarity_search(self, query: str, k: int = 4, *, filter: dict[str, Any] | Any | None = None,
+                          mode: str | None = None, granularity: str | None = STORE_DEFAULT,
+                          per_document: int | None = STORE_DEFAULT, **kwargs: Any) -> list[LCDocument]:
+        """The ``k`` best hits (``similarity_search_with_score`` says what each option does)."""
+        return [as_document(f) for f in self._search(query, k, filter, mode, granularity, per_document, kwargs)]
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, *,
+                                    filter: dict[str, Any] | Any | None = None,
+                                    granularity: str | None = STORE_DEFAULT, per_document: int | None = STORE_DEFAULT,
+                                    **kwargs: Any) -> list[LCDocument]:
         """Dense search by a query vector made by the collection's model (checked: its dimension, finite, not all
         zeros, of unit length for recemb's models; ``VectorError`` otherwise)."""
         if embedding is None:  # never the empty query's search
             raise TypeError("similarity_search_by_vector needs the query's vector, got None; nothing was searched")
-        kwargs = {**kwargs, "mode": "dense"}
-        return [as_document(f) for f in self._search("", k, kwargs, query_vector=embedding)]
+        if kwargs.get("mode", "dense") != "dense":
+            raise ValueError(f"a search by vector is dense, got mode={kwargs['mode']!r}")
+        kwargs.pop("mode", None)
+        return [as_document(f) for f in self._search("", k, filter, "dense", granularity, per_document, kwargs,
+                                                     query_vector=embedding)]
 
     async def asimilarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any
                                             ) -> list[tuple[LCDocument, float]]:
@@ -214,15 +233,15 @@ class RecembVectorStore(_vectorstores.VectorStore):
     async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[LCDocument]:
         return await asyncio.to_thread(self.similarity_search, query, k, **kwargs)
 
-    def _search(self, query: str, k: int, kwargs: dict[str, Any], query_vector: list[float] | None = None
-                ) -> list[Found]:
-        unknown = sorted(set(kwargs) - set(SEARCH_OPTIONS))
-        if unknown:
-            raise TypeError(f"unknown search option {unknown[0]!r}; this store takes k, {', '.join(SEARCH_OPTIONS)}")
-        return self.collection.search(query, k=k, filter=kwargs.get("filter"), mode=kwargs.get("mode"),
-                                      granularity=check_granularity(kwargs.get("granularity", self.granularity)),
-                                      query_vector=query_vector,
-                                      per_document=kwargs.get("per_document", self.per_document))
+    def _search(self, query: str, k: int, filter: Any, mode: str | None, granularity: Any, per_document: Any,
+                unknown: dict[str, Any], query_vector: list[float] | None = None) -> list[Found]:
+        if unknown:  # LangChain's interface passes options as keywords; a misspelt one must not be ignored
+            raise TypeError(f"unknown search option {sorted(unknown)[0]!r}; this store takes k, "
+                            f"{', '.join(SEARCH_OPTIONS)}")
+        return self.collection.search(
+            query, k=k, filter=filter, mode=mode, query_vector=query_vector,
+            granularity=self.granularity if granularity is STORE_DEFAULT else granularity,
+            per_document=self.per_document if per_document is STORE_DEFAULT else per_document)
 
     def as_retriever(self, **kwargs: Any) -> RecembRetriever:
         """A retriever: ``search_kwargs`` {"k", "filter", "mode", "granularity", "per_document"}; only

@@ -46,6 +46,7 @@ _embeddings = require("llama_index.core.base.embeddings.base", "llama-index")
 from recemb_integrations.framework_collection import (  # noqa: E402
     PER_DOCUMENT,
     RAG_GRANULARITY,
+    STORE_DEFAULT,
     Found,
     FrameworkCollection,
     check_granularity,
@@ -352,10 +353,16 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         return [i for i in node_ids if i in kept]
 
     # ------------------------------------------------------------------ reads
-    def query(self, query: Any, **kwargs: Any) -> Any:
-        """The best documents (or passages: ``granularity``) for ``query`` (see the class docstring)."""
-        granularity = check_granularity(kwargs.pop("granularity", self.granularity))
-        per_document = kwargs.pop("per_document", self.per_document)
+    def query(self, query: Any, *, granularity: str | None = STORE_DEFAULT, per_document: int | None = STORE_DEFAULT,
+              **kwargs: Any) -> Any:
+        """The best documents (or passages) for ``query`` (a ``VectorStoreQuery``; see the class docstring).
+
+        Args:
+            granularity: "document", "passage", "any", or None (passages where the collection has them); not
+                given: the store's.
+            per_document: at most this many hits of one document (None: no limit); not given: the store's."""
+        granularity = self.granularity if granularity is STORE_DEFAULT else granularity
+        per_document = self.per_document if per_document is STORE_DEFAULT else per_document
         if kwargs:
             raise TypeError(f"query got unexpected options {sorted(kwargs)}; this store takes granularity and "
                             "per_document")

@@ -189,6 +189,25 @@ def test_search_options_filter_mode_and_retriever_kwargs(tmp_path, store_kind):
         # by vector: the dense side alone
         vector = DeterministicFakeEmbedding(size=8).embed_query("the tide follows the moon")
         assert store.similarity_search_by_vector(vector, k=1)[0].id == "tide"
+        with pytest.raises(ValueError, match="by vector is dense"):
+            store.similarity_search_by_vector(vector, k=1, mode="hybrid")
+        with pytest.raises(TypeError, match="unknown search option"):
+            store.similarity_search_by_vector(vector, k=1, fetch_k=9)
+        # a store's own granularity holds where none is given; one given for a search holds for it alone
+        assert store.similarity_search("owls", k=1, granularity="document")[0].id == "owl"
+
+
+def test_search_methods_name_their_options():
+    """What an editor shows: the options are named keyword parameters, not hidden in **kwargs."""
+    import inspect
+
+    for method in (RecembVectorStore.similarity_search, RecembVectorStore.similarity_search_with_score):
+        params = inspect.signature(method).parameters
+        assert [n for n in ("filter", "mode", "granularity", "per_document")
+                if params[n].kind is inspect.Parameter.KEYWORD_ONLY] == ["filter", "mode", "granularity",
+                                                                         "per_document"]
+    params = inspect.signature(RecembVectorStore.similarity_search_by_vector).parameters
+    assert {"filter", "granularity", "per_document"} <= set(params) and "mode" not in params
 
 
 def test_deletes_never_act_on_a_missing_or_mistyped_argument(tmp_path, store_kind):

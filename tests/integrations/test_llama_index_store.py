@@ -503,3 +503,11 @@ def test_async_forms(tmp_path):
 
 def test_the_rag_example_answers_from_cited_passages_not_whole_files(tmp_path, tiny_folder):
     check_example("llama_index_query_engine.py", str(tiny_folder), tmp_path)
+
+
+def test_query_names_its_options():
+    """What an editor shows: ``granularity`` and ``per_document`` are named keyword parameters of ``query``."""
+    import inspect
+
+    params = inspect.signature(RecembVectorStore.query).parameters
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("granularity", "per_document"))
