@@ -52,85 +52,24 @@ from recemb_integrations.framework_collection import (  # noqa: E402
     check_granularity,
     recemb_fields,
 )
+from recemb_integrations.llama_index_embed_in_store import EmbedInStore, marked_for_the_store  # noqa: E402
 from recemb_integrations.llama_index_embedding import RecembEmbedding  # noqa: E402
+from recemb_integrations.llama_index_filters import REF_DOC_KEY, dict_filter, query_filter  # noqa: E402
 from recemb_integrations.qdrant.collection import read_record  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.documents import StoredDocument, check_document_ids  # noqa: E402
 from recemb_integrations.qdrant.external import MODEL_OPTIONS, ExternalEmbedder, external_embedder  # noqa: E402
 from recemb_integrations.qdrant.points import KIND_PASSAGE  # noqa: E402
 
-__all__ = ["EmbedInStore", "GIVEN_VECTORS", "NODE_KEY", "REF_DOC_KEY", "RecembVectorStore", "qdrant_filter",
-           "simple_filter"]
+__all__ = ["EmbedInStore", "GIVEN_VECTORS", "NODE_KEY", "REF_DOC_KEY", "RecembVectorStore"]
 
 NODE_KEY = "_node"  # metadata key: what LlamaIndex needs back of a node (class, relationships, ...), stripped on return
-REF_DOC_KEY = "ref_doc_id"  # metadata key: the node's source document, so that delete(ref_doc_id) finds its nodes
-GIVEN_VECTORS = "llama-index:given-vectors"  # the model name a store without an embed_model records
-Mode = _types.VectorStoreQueryMode
-Op = _types.FilterOperator
-MODES = {Mode.DEFAULT: None, Mode.HYBRID: "hybrid", Mode.SPARSE: "sparse", Mode.TEXT_SEARCH: "sparse"}
 # recemb's bookkeeping keys on a hit, kept out of what LlamaIndex embeds and shows an LLM (document_id, line, page
 # and note stay in)
 HIDDEN_KEYS = ("kind", "passage", "start", "end", "content_hash")
-
-
-class EmbedInStore(_schema.TransformComponent):
-    """An ``IngestionPipeline`` transformation for a ``RecembVectorStore``, its last: it embeds nothing, and marks
-    each node without an embedding as one the store embeds (a copy whose ``embedding`` is the empty list: LlamaIndex
-    hands a vector store only nodes whose embedding is set, and no real vector is empty).
-
-        pipeline = IngestionPipeline(transformations=[EmbedInStore()], vector_store=store, docstore=...,
-                                     docstore_strategy=DocstoreStrategy.UPSERTS_AND_DELETE)
-
-    The store then embeds what its sync finds new or changed, each text once (a long document as its passages),
-    and a rerun over unchanged files embeds nothing; with ``transformations=[embed_model]`` instead, LlamaIndex
-    embeds every file it is given (the whole file, with its metadata prepended) before the store can tell it is
-    unchanged; that vector is the document's own point, and a long document's passages are embedded besides (here
-    a long document's own vector is the mean of its passages'). A node that has an embedding keeps it (the store
-    checks it as any node's). The nodes given are left as they are (so is what a docstore keeps of them).
-
-    For a ``RecembVectorStore`` with an embed model only. Any other vector store asks a marked ``Document`` or
-    ``TextNode`` for its vector (``get_embedding()``) and gets a ``ValueError`` that says why it has none; a node
-    an ``IngestionCache`` gives back, or of another class, is only marked by its empty embedding, which such a
-    store takes as a vector of size 0."""
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "RecembEmbedInStore"
-
-    def __call__(self, nodes: Sequence[Any], **kwargs: Any) -> Sequence[Any]:
-        return [_marked(node) if node.embedding is None else node for node in nodes]
-
-
-def _store_embeds(node: Any) -> bool:
-    """Whether ``node`` carries ``EmbedInStore``'s mark (its embedding empty) rather than a vector."""
-    return node.embedding is not None and len(node.embedding) == 0
-
-
-def _no_vector(node: Any) -> list[float]:
-    raise ValueError(f"node {node.node_id!r} was marked by EmbedInStore for a RecembVectorStore to embed when it "
-                     "adds it, so it has no vector for this vector store: make a RecembVectorStore the pipeline's "
-                     "vector_store, or put an embed model in EmbedInStore's place")
-
-
-class _MarkedDocument(_schema.Document):
-    get_embedding = _no_vector  # what other vector stores read a node's vector by
-
-
-class _MarkedTextNode(_schema.TextNode):
-    get_embedding = _no_vector
-
-
-# The classes readers and splitters make; module-level, so marked nodes pickle (num_workers) and their class_name()
-# is their own class's, so a docstore or cache keeps them as that class.
-_MARKED = {_schema.Document: _MarkedDocument, _schema.TextNode: _MarkedTextNode}
-
-
-def _marked(node: Any) -> Any:
-    copy = node.model_copy()  # the caller's node (what a docstore keeps) is left without the mark
-    copy.embedding = []
-    if type(node) in _MARKED:
-        object.__setattr__(copy, "__class__", _MARKED[type(node)])  # pydantic's __setattr__ sets fields only
-    return copy
+GIVEN_VECTORS = "llama-index:given-vectors"  # the model name a store without an embed_model records
+Mode = _types.VectorStoreQueryMode
+MODES = {Mode.DEFAULT: None, Mode.HYBRID: "hybrid", Mode.SPARSE: "sparse", Mode.TEXT_SEARCH: "sparse"}
 
 
 class RecembVectorStore(_types.BasePydanticVectorStore):
@@ -279,7 +218,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         if kwargs:
             raise TypeError(f"add got unexpected options {sorted(kwargs)}")
         nodes = list(nodes)
-        if self._embed_model is None and any(_store_embeds(n) for n in nodes):
+        if self._embed_model is None and any(marked_for_the_store(n) for n in nodes):
             raise ValueError("these nodes were marked by EmbedInStore for the store to embed, but this "
                              "RecembVectorStore has no embed_model: give it one (RecembEmbedding), or embed the "
                              "nodes first; nothing was written")
@@ -343,7 +282,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
             return []
         if filters is None:
             return self._collection.document_ids(owned=owned)
-        condition = _dict_filter(filters, what)
+        condition = dict_filter(filters, what)
         if not condition and node_ids is None and what == "delete_nodes":
             raise ValueError("delete_nodes with empty filters would delete everything; use clear()")
         matching = self._collection.document_ids(condition, owned=owned and node_ids is None)
@@ -387,30 +326,13 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
             self._vector_dim = self._vector_dim or len(vector)
         k = {Mode.SPARSE: query.sparse_top_k, Mode.TEXT_SEARCH: query.sparse_top_k,
              Mode.HYBRID: query.hybrid_top_k}.get(query_mode) or query.similarity_top_k
+        restricted = query.filters is not None or query.doc_ids or query.node_ids
         found = [] if self._nothing_stored() else self._collection.search(
-            text, k=k, filter=self._query_filter(query), mode=mode, granularity=granularity, query_vector=vector,
-            per_document=per_document)
+            text, k=k, filter=query_filter(query) if restricted else None, mode=mode, granularity=granularity,
+            query_vector=vector, per_document=per_document)
         nodes = [found_node(f) for f in found]
         return _types.VectorStoreQueryResult(nodes=nodes, similarities=[f.score for f in found],
                                              ids=[n.node_id for n in nodes])
-
-    @staticmethod
-    def _query_filter(query: Any) -> Any:
-        """A query's filters, doc_ids and node_ids as the main job's dict filter where that says it all, else as a
-        qdrant ``models.Filter``. An empty doc_ids or node_ids restricts nothing, as in LlamaIndex's own stores (a
-        ``VectorStoreIndex`` over a store that keeps the texts passes its empty node list)."""
-        simple = simple_filter(query.filters) if query.filters is not None else None
-        if not query.doc_ids and not query.node_ids and (query.filters is None or simple is not None):
-            return simple or None
-        from qdrant_client import models
-
-        must = [qdrant_filter(query.filters)] if query.filters is not None else []
-        if query.doc_ids:  # nodes of these source documents, or those documents themselves
-            must.append(models.Filter(should=[_any_of(f"metadata.{REF_DOC_KEY}", query.doc_ids),
-                                              _any_of("document_id", query.doc_ids)]))
-        if query.node_ids:
-            must.append(_any_of("document_id", query.node_ids))
-        return models.Filter(must=must)
 
     # ------------------------------------------------------------------ async
     async def async_add(self, nodes: Sequence[Any], **kwargs: Any) -> list[str]:
@@ -460,7 +382,7 @@ def as_document(node: Any) -> RecembDocument:
            "excluded_llm_metadata_keys": list(node.excluded_llm_metadata_keys),
            "start_char_idx": getattr(node, "start_char_idx", None), "end_char_idx": getattr(node, "end_char_idx", None)}
     metadata[NODE_KEY] = {k: v for k, v in own.items() if v not in (None, [], {})}
-    vector = None if _store_embeds(node) else node.embedding  # (EmbedInStore: the sync embeds it)
+    vector = None if marked_for_the_store(node) else node.embedding  # (EmbedInStore: the sync embeds it)
     return RecembDocument(node.node_id, node.get_content(metadata_mode=_schema.MetadataMode.NONE), metadata,
                           vector)
 
@@ -524,87 +446,3 @@ def stored_node(document: StoredDocument) -> Any:
         metadata["note"] = "the text is not stored in the collection"
     return _node(document.id, document.text or "", metadata, own, _relationships(own, document.id),
                  own.get("start_char_idx"), own.get("end_char_idx"))
-
-
-# ---------------------------------------------------------------------- filters
-def simple_filter(filters: Any) -> dict[str, Any] | None:
-    """``MetadataFilters`` as the main job's dict filter (key -> str/int exact, list any-of), where they are exact
-    matches (EQ) and IN joined by AND, each key once ({} for no filter at all); None where they say more."""
-    if not isinstance(filters, _types.MetadataFilters):
-        raise TypeError(f"filters are LlamaIndex MetadataFilters, got {type(filters).__name__}")
-    if filters.condition not in (None, _types.FilterCondition.AND):
-        return None
-    found: dict[str, Any] = {}
-    for f in filters.filters:
-        if isinstance(f, _types.MetadataFilters) or f.key in found:
-            return None
-        if f.operator == Op.EQ and isinstance(f.value, (str, int)) and not isinstance(f.value, bool):
-            found[f.key] = f.value
-        elif f.operator == Op.IN and isinstance(f.value, list) and f.value and not any(
-                isinstance(v, float) for v in f.value):
-            found[f.key] = list(f.value)
-        else:
-            return None
-    return found
-
-
-def _dict_filter(filters: Any, what: str) -> dict[str, Any]:
-    simple = simple_filter(filters)
-    if simple is None:
-        raise NotImplementedError(f"{what} takes filters of exact matches (EQ, string or integer values) and IN, "
-                                  "joined by AND; query() takes the other operators")
-    return simple
-
-
-def qdrant_filter(filters: Any) -> Any:
-    """``MetadataFilters`` as a qdrant ``models.Filter`` on the points' ``metadata.<key>``: EQ, NE, GT, GTE, LT, LTE,
-    IN, NIN, ANY, ALL, CONTAINS and IS_EMPTY, joined by AND, OR or NOT (none of them), nested; TEXT_MATCH needs a
-    full-text index recemb does not make (NotImplementedError)."""
-    from qdrant_client import models
-
-    conditions = [qdrant_filter(f) if isinstance(f, _types.MetadataFilters) else _condition(f)
-                  for f in filters.filters]
-    if filters.condition == _types.FilterCondition.OR:
-        return models.Filter(should=conditions)
-    if filters.condition == _types.FilterCondition.NOT:
-        return models.Filter(must_not=conditions)
-    return models.Filter(must=conditions)
-
-
-def _condition(f: Any) -> Any:
-    from qdrant_client import models
-
-    key, value, op = f"metadata.{f.key}", f.value, f.operator
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    values = value if isinstance(value, list) else None
-
-    def equal(v: Any) -> Any:
-        if isinstance(v, float):  # Qdrant matches keywords, integers and booleans exactly; a float by a range
-            return models.FieldCondition(key=key, range=models.Range(gte=v, lte=v))
-        return models.FieldCondition(key=key, match=models.MatchValue(value=v))
-
-    if op in (Op.EQ, Op.NE, Op.CONTAINS) and values is None and value is not None:
-        condition = equal(value)
-        return models.Filter(must_not=[condition]) if op == Op.NE else condition
-    if op in (Op.GT, Op.GTE, Op.LT, Op.LTE) and number:
-        bound = {Op.GT: "gt", Op.GTE: "gte", Op.LT: "lt", Op.LTE: "lte"}[op]
-        return models.FieldCondition(key=key, range=models.Range(**{bound: value}))
-    if op in (Op.IN, Op.NIN, Op.ANY) and values:
-        exact = [v for v in values if not isinstance(v, float)]
-        either = [models.FieldCondition(key=key, match=models.MatchAny(any=exact))] if exact else []
-        either += [equal(v) for v in values if isinstance(v, float)]
-        condition = either[0] if len(either) == 1 else models.Filter(should=either)
-        return models.Filter(must_not=[condition]) if op == Op.NIN else condition
-    if op == Op.ALL and values:
-        return models.Filter(must=[equal(v) for v in values])
-    if op == Op.IS_EMPTY:
-        return models.IsEmptyCondition(is_empty=models.PayloadField(key=key))
-    raise NotImplementedError(f"filter {f.key} {op.value} {value!r}: a recemb store filters by ==, !=, >, >=, <, <=, "
-                              "in, nin, any, all, contains and is_empty (a number for the comparisons, a non-empty "
-                              "list for in, nin, any and all)")
-
-
-def _any_of(key: str, values: Sequence[str]) -> Any:
-    from qdrant_client import models
-
-    return models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))

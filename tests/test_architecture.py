@@ -11,7 +11,8 @@ ADAPTERS = ("recemb_integrations.sentence_transformers", "recemb_integrations.la
             "recemb_integrations.langchain_embeddings", "recemb_integrations.langchain_sparse",
             "recemb_integrations.llama_index", "recemb_integrations.llama_index_embedding")
 # The main job as a framework's vector store: a collection kept by QdrantSync, searched through it.
-FRAMEWORK_STORES = ("recemb_integrations.langchain_store", "recemb_integrations.llama_index_store")
+FRAMEWORK_STORES = ("recemb_integrations.langchain_store", "recemb_integrations.llama_index_store",
+                    "recemb_integrations.llama_index_filters", "recemb_integrations.llama_index_embed_in_store")
 MAIN_JOB = ("recemb_integrations.qdrant", "recemb_integrations.migrate", "recemb_integrations.sparse",
             "recemb_integrations.formats", "recemb_integrations.ray", "recemb_integrations.terminal",
             "recemb_integrations.excerpts", "recemb_integrations.evidence", "recemb_integrations.framework_collection")
@@ -23,8 +24,9 @@ RULES = [
                                        "recemb_integrations._imports")),
     (("recemb_integrations.training",), ("recemb_integrations.training", "recemb_integrations.sentence_transformers",
                                          "recemb_integrations._imports", "recemb.core")),
+    # A store's parts (the LlamaIndex one, its filters and its pipeline step) import each other.
     (FRAMEWORK_STORES, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.stores", *MAIN_JOB,
-                        *ADAPTERS)),
+                        *ADAPTERS, *FRAMEWORK_STORES)),
     # An adapter module names its framework's store (RecembVectorStore), loaded from FRAMEWORK_STORES when asked for.
     # The framework's module (langchain.py, llama_index.py) re-exports the embedding class of its own module.
     (ADAPTERS, ("recemb.core", "recemb_integrations._imports", "recemb_integrations.sparse", *FRAMEWORK_STORES,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -511,3 +513,34 @@ def test_query_names_its_options():
 
     params = inspect.signature(RecembVectorStore.query).parameters
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("granularity", "per_document"))
+
+
+def test_a_filtered_query_on_qdrant_edge_never_imports_qdrant_client(tmp_path):
+    """LlamaIndex's filters become the main job's plain filter values (``llama_index_filters``): a query with every
+    kind of them on the embedded store loads no qdrant-client (a server store translates the same values)."""
+    pytest.importorskip("qdrant_edge")
+    code = f"""
+import sys
+from llama_index.core.embeddings import MockEmbedding
+from llama_index.core.schema import TextNode
+from llama_index.core.vector_stores.types import (FilterCondition, FilterOperator, MetadataFilter, MetadataFilters,
+                                                  VectorStoreQuery)
+from recemb_integrations.llama_index import RecembVectorStore
+store = RecembVectorStore("c", path={str(tmp_path / "s")!r}, store_kind="edge", embed_model=MockEmbedding(embed_dim=8))
+nodes = [TextNode(id_=k, text=k + " text", metadata={{"topic": k, "year": y}}, embedding=[float(i + 1)] * 8)
+         for i, (k, y) in enumerate((("owl", 2020), ("tide", 2022), ("bread", 2024)))]
+store.add(nodes)
+where = MetadataFilters(filters=[MetadataFilter(key="year", value=2021, operator=FilterOperator.GT),
+                                 MetadataFilters(filters=[MetadataFilter(key="topic", value="tide"),
+                                                          MetadataFilter(key="topic", value=["bread"],
+                                                                         operator=FilterOperator.IN)],
+                                                 condition=FilterCondition.OR)])
+found = store.query(VectorStoreQuery(query_embedding=[1.0] * 8, similarity_top_k=5, filters=where,
+                                     doc_ids=["tide", "bread"]))
+print(sorted(found.ids))
+print([m for m in ("qdrant_client",) if m in sys.modules])
+store.close()
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-2:] == ["['bread', 'tide']", "[]"]
