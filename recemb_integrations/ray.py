@@ -173,7 +173,8 @@ class _SyncActor:
     call returns the batch's writes, in the order they were made, and its outcome."""
 
     def __init__(self, model: str, model_kwargs: dict[str, Any], job):
-        from recemb_integrations.qdrant import CollectionMismatchError, DocumentWriter, model_fingerprint
+        from recemb_integrations.qdrant import CollectionMismatchError, DocumentWriter
+        from recemb_integrations.qdrant.points import model_fingerprint
 
         embedder = _load(model, model_kwargs)
         fingerprint = model_fingerprint(embedder)

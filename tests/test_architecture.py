@@ -308,3 +308,14 @@ def test_no_import_circle():
 def test_the_circle_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_main_jobs_package_names_at_most_35_things():
+    """``recemb_integrations.qdrant`` exports what users call (at most 35 names); the rest is its rooms'. Each
+    export is found in its room."""
+    import importlib
+
+    package = importlib.import_module("recemb_integrations.qdrant")
+    assert len(package.__all__) <= 35, package.__all__
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name

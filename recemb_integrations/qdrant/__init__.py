@@ -42,20 +42,19 @@ import importlib
 from typing import Any
 
 # What users call, and the module each lives in: loaded when first asked for, so importing a model-free room (or
-# this package) loads neither torch nor qdrant-client.
+# this package) loads neither torch nor qdrant-client. Everything else is its room's (``qdrant.record``, ...).
 _EXPORTS = {
     "QdrantSync": "sync",
     "Document": "documents", "DocumentSource": "documents", "SyncReport": "documents", "SearchHit": "search",
     "WriteOutcome": "documents", "StoredDocument": "documents", "ExternalEmbedder": "external",
     "SyncSettings": "record", "RequestedSettings": "record", "CollectionRecord": "record", "NO_PASSAGES": "record",
     "DEFAULT_PASSAGE_TOKENS": "record", "DEFAULT_PASSAGE_OVERLAP": "record", "DEFAULT_PASSAGES_ABOVE": "record",
-    "DEFAULT_LONG_DOCUMENTS": "record", "LONG_DOCUMENT_MODES": "record",
     "read_record": "collection", "collection_settings": "collection",
     "CollectionMismatchError": "errors", "SettingsConflict": "errors", "InvalidSetting": "errors",
     "MassDeletionError": "errors", "NothingReadableError": "errors", "RebuildError": "errors",
-    "SearchNotice": "errors", "NotOwnedError": "errors", "VectorError": "errors", "check_vector": "vectors",
+    "SearchNotice": "errors", "NotOwnedError": "errors", "VectorError": "errors",
     "Executor": "writer", "LocalExecutor": "writer", "WriteJob": "writer", "DocumentWriter": "writer",
-    "content_hash": "points", "point_id": "points", "model_fingerprint": "points",
+    "content_hash": "points", "point_id": "points",
     "DEFAULT_FUSION": "search", "MAX_SEARCH_LIMIT": "search",
 }
 _ROOMS = ("calls", "collection", "cutting", "documents", "errors", "external", "lengths", "plan", "points", "rebuild",
