@@ -15,6 +15,7 @@ from recemb_integrations.stores.footprint import (
     Footprint,
     ProcessMemory,
     process_memory,
+    release_freed_heap,
 )
 from recemb_integrations.terminal import escape
 
@@ -49,6 +50,7 @@ def cmd_collection_info(args: argparse.Namespace) -> int:
                 importlib.import_module(module)
             except ImportError:
                 pass
+        release_freed_heap()  # as the store does once the collection is open: the difference is what opening keeps
         before = process_memory()
 
     store, where = resources.open_qdrant(args, create=False, before_open=load_engine)

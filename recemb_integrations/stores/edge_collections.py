@@ -49,6 +49,7 @@ from recemb_integrations.stores.edge_layouts import (
     edge_config,
     payload_index_schema,
 )
+from recemb_integrations.stores.footprint import release_freed_heap
 from recemb_integrations.stores.interface import (
     COMPACT_LAYOUTS,
     DEFAULT_LAYOUT,
@@ -277,6 +278,7 @@ class EdgeCollections(Store):
                     shard.close()
                     raise
                 self._shards[collection] = shard
+                release_freed_heap()  # what loading the shard's term tables freed (glibc keeps it otherwise)
             return shard
 
     def _check_opened(self, collection: str, shard, record: dict[str, Any]) -> None:
