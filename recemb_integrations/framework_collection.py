@@ -186,6 +186,12 @@ class FrameworkCollection:
             self._seen = self.sync.calls(self.store.collection_exists, self.collection_name)
         return self._seen
 
+    def recorded_dim(self) -> int | None:
+        """The vector size the collection recorded (None: no collection yet), read without a model: what a store
+        that brings its own vectors opens with."""
+        record = read_record(self.store, self.collection_name)
+        return record.data.get("dim") if record is not None else None
+
     def close(self) -> None:
         """Release the store, where this instance opened it (a given client stays the caller's)."""
         with self._lock:

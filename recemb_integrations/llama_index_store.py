@@ -55,7 +55,6 @@ from recemb_integrations.framework_collection import (  # noqa: E402
 from recemb_integrations.llama_index_embed_in_store import EmbedInStore, marked_for_the_store  # noqa: E402
 from recemb_integrations.llama_index_embedding import RecembEmbedding  # noqa: E402
 from recemb_integrations.llama_index_filters import REF_DOC_KEY, dict_filter, query_filter  # noqa: E402
-from recemb_integrations.qdrant.collection import read_record  # noqa: E402
 from recemb_integrations.qdrant.documents import Document as RecembDocument  # noqa: E402
 from recemb_integrations.qdrant.documents import StoredDocument, check_document_ids  # noqa: E402
 from recemb_integrations.qdrant.external import MODEL_OPTIONS, ExternalEmbedder, external_embedder  # noqa: E402
@@ -198,8 +197,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
         return ExternalEmbedder(GIVEN_VECTORS, dim, _no_model, _no_model)
 
     def _recorded_dim(self) -> int | None:
-        record = read_record(self._collection.store, self.collection_name)
-        return record.data.get("dim") if record is not None else None
+        return self._collection.recorded_dim()
 
     def _nothing_stored(self) -> bool:
         """A store without an embed_model that has seen no vector, over a collection that does not exist: nothing to

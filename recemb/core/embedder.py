@@ -22,6 +22,7 @@ from recemb.core.memory import (
     peak_activation_bytes,
     plan_chunks,
 )
+from recemb.core.options import check_chunk_size, check_positive
 from recemb.core.prompts import query_prompt
 from recemb.core.streaming import TokenStream
 from recemb.core.texts import check_text, check_texts
@@ -90,11 +91,11 @@ class Embedder:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.model = model
         self.tokenizer = tokenizer
-        self.vertical_chunk_size = _check_chunk_size(vertical_chunk_size)
+        self.vertical_chunk_size = check_chunk_size(vertical_chunk_size)
         self.backend = backend
-        self.max_length = _check_positive("max_length", max_length)
+        self.max_length = check_positive("max_length", max_length)
         self.name = name
-        self.chunk_size = _check_positive("chunk_size", chunk_size)
+        self.chunk_size = check_positive("chunk_size", chunk_size)
         self.set_context_extension(context_extension)
         # More than the usable cores is capped, with a warning; on a GPU the CPU threads are not used.
         self.threads = cap_threads(threads) if model.device.type == "cpu" else check_threads(threads)
@@ -192,7 +193,7 @@ class Embedder:
                   ) -> tuple[int | None, int]:
         """(V, rows per forward) of one call: the per-call V, else this Embedder's; under a budget, its plan.
         V None: the engine's default."""
-        V = _check_chunk_size(vertical_chunk_size)
+        V = check_chunk_size(vertical_chunk_size)
         plan = self.chunk_plan(rows, longest, V, total_tokens)
         if plan is not None:
             return plan.vertical_chunk_size, plan.rows
@@ -233,7 +234,7 @@ class Embedder:
         texts = check_texts(texts, single=False)
         texts = [prompt + t for t in texts] if prompt else texts
         ids = self.tokenizer.encode(texts)
-        limit = _check_positive("max_length", max_length) or self.max_length
+        limit = check_positive("max_length", max_length) or self.max_length
         if limit is not None:
             eos = self.tokenizer.eos_token_id
             ids = [seq if len(seq) <= limit else seq[: limit - 1] + [eos] for seq in ids]
@@ -308,7 +309,7 @@ class Embedder:
         notes: list[str] = []
         pieces = self.tokenizer.encode_stream(prompt + text if prompt else text, on_chars=on_chars, notes=notes,
                                               offsets=offsets)
-        limit = _check_positive("max_length", max_length) or self.max_length
+        limit = check_positive("max_length", max_length) or self.max_length
         return TokenStream(pieces, self.tokenizer.eos_token_id, limit, notes=notes, spans=offsets)
 
     def encode_stream(self, text: str, prompt: str | None = None, normalize: bool = True,
@@ -381,8 +382,8 @@ class Embedder:
     ) -> torch.Tensor:
         """Embed already-tokenised sequences (EOS included, pooled at each one's last token): (n, dim) fp32."""
         seqs = _validate_ids(sequences, self.config.vocab_size)
-        batch_size = _check_positive("batch_size", batch_size)
-        _check_chunk_size(vertical_chunk_size)
+        batch_size = check_positive("batch_size", batch_size)
+        check_chunk_size(vertical_chunk_size)
         out = torch.empty(len(seqs), self.dim, dtype=torch.float32, device=self.device)
         total = sum(len(s) for s in seqs)
         show = show_progress_bar if show_progress_bar is not None else total >= PROGRESS_MIN_TOKENS
@@ -404,7 +405,7 @@ class Embedder:
         sequence's passages ending there get when read from the whole sequence's pass (``encode_with_branches``;
         one extra token per cut instead of a pass per passage). Returns ((n, dim), per sequence (k, dim)), fp32."""
         seqs = _validate_ids(sequences, self.config.vocab_size)
-        batch_size = _check_positive("batch_size", batch_size)
+        batch_size = check_positive("batch_size", batch_size)
         if self.tokenizer is None or self.tokenizer.eos_token_id is None:
             raise ValueError("branches end with the EOS token: this Embedder has no tokenizer that names one")
         eos = self.tokenizer.eos_token_id
@@ -479,23 +480,6 @@ class Embedder:
         except ValueError:  # settings changed since (chunk_size): no chunk fits any more
             picked = "no V fits"
         return f"{self.vertical_chunk_size or AUTO!r} ({picked} under max_memory={format_bytes(self.max_memory)})"
-
-
-def _check_chunk_size(value: int | str | None) -> int | str | None:
-    """vertical_chunk_size: a positive int, "auto" (from max_memory) or None."""
-    if value == AUTO:
-        return AUTO
-    if isinstance(value, str):
-        raise ValueError(f"vertical_chunk_size must be a positive int, 'auto' or None, got {value!r}")
-    return _check_positive("vertical_chunk_size", value)
-
-
-def _check_positive(name: str, value: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-    return value
 
 
 def _validate_ids(sequences, vocab_size: int) -> list[list[int]]:

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import torch
 
 from recemb.core.architectures.registry import architecture
+from recemb.core.options import AUTO
 
 __all__ = ["AUTO", "AUTO_MAX_CHUNK", "ChunkPlan", "MIN_CHUNK", "MemoryBudgetError", "format_bytes", "input_bytes",
            "parse_bytes", "peak_activation_bytes", "plan_chunks", "weight_bytes"]
 
-AUTO = "auto"  # vertical_chunk_size="auto": V from the budget
 # The smallest V a budget plans, and its step: the torch SSD scan's chunk length (and RWKV-7's, xLSTM's), so a
 # planned chunk is whole scan chunks. Below it the per-chunk overhead dominates and the budget is refused.
 MIN_CHUNK = 64

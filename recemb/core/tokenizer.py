@@ -10,33 +10,24 @@ from collections.abc import Callable, Iterator
 from itertools import takewhile
 from pathlib import Path
 
+from recemb.core.tokenizer_spec import (
+    keeps_words,
+    normalizer_kind,
+    splits_at_space,
+    splits_in_pairs,
+    trims_later_spaces,
+)
+
 __all__ = ["STREAM_MAX_PIECE_CHARS", "Span", "TextTokenizer"]
 
 # A token's characters in its text, text[start:end]; None for a token that covers none (BOS, CLS, SEP, the EOS).
 Span = tuple[int, int] | None
 
-# Character-local normalizers: each character is mapped alone (the NF* forms also compose and reorder, but
-# never across a U+0020: combining class 0, composes with nothing), and U+0020 stays U+0020. The flag:
-# besides, no character is dropped and no non-space becomes something ending in whitespace (checked over every
-# code point for NF* and Lowercase), which ByteLevel needs; BertNormalizer drops controls and pads CJK with
-# spaces, StripAccents drops marks.
-_LOCAL_NORMALIZERS = {"Lowercase": True, "NFC": True, "NFD": True, "NFKC": True, "NFKD": True,
-                      "BertNormalizer": False, "StripAccents": False}
-_SPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}  # no pre-token holds a space
 _CUT_CANDIDATE = re.compile(r"(?<=\S) (?=\S)")  # re's \s is str.isspace(), a superset of the tokenizers' \s
-# Pre-tokenizers (and Sequences of them) whose splits between two characters depend on those two alone, so a cut
-# can be checked on the pair: where they split behind a character-local normalizer, any cut is exact.
-_PAIR_SPLITTERS = _SPACE_SPLITTERS
-# Normalizers that map a letter or digit to letters, digits and marks only (never whitespace or punctuation, never
-# nothing): a run of them stays inside one pre-token of at least its length.
-_WORD_KEEPING = {"BertNormalizer", "Lowercase", "NFC", "NFD", "StripAccents"}
 # CJK ideographs (BertNormalizer pads them with spaces; a superset of its ranges) and where pair splitters may split.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf\U0002f800-\U0002fa1f"
 _SPLIT_CANDIDATE = re.compile(f"[\\W_{_CJK}]")  # a character a split may follow or precede
 _LETTERS = f"[^\\W_{_CJK}]"  # letters and digits: never split from each other by a pair splitter
-# Post-processors that trim a token's leading space out of its offsets except on a text's first token (when they
-# also add a prefix space): a window's first token would keep the space that the whole text trims.
-_TRIMMING_PROCESSORS = {"ByteLevel", "RobertaProcessing"}
 # A word's first and last characters are decided by the tokenizer on this many characters at each end.
 _WORD_EDGE_CHARS = 32
 # A stretch this long without an exact cut is not tokenized in one piece (memory grows with it): a WordPiece word
@@ -272,8 +263,8 @@ class TextTokenizer:
         if backend is None or affixes is None:
             return
         spec = json.loads(backend.to_str())
-        local, keeps_nonspace = _normalizer_kind(spec.get("normalizer"))
-        if not (local and _splits_at_space(spec.get("pre_tokenizer"), keeps_nonspace)):
+        local, keeps_nonspace = normalizer_kind(spec.get("normalizer"))
+        if not (local and splits_at_space(spec.get("pre_tokenizer"), keeps_nonspace)):
             return
         self._prefix = affixes[0]
         self._suffix = affixes[1] + ([] if self.appends_eos else [self.eos_token_id])
@@ -286,16 +277,16 @@ class TextTokenizer:
         self._added_len = max(map(len, raw + normed), default=0)
         self._added = _literal_alternation(raw)
         self._added_normed = _literal_alternation(normed)
-        self._pair_cuts = _splits_in_pairs(spec.get("pre_tokenizer"))
+        self._pair_cuts = splits_in_pairs(spec.get("pre_tokenizer"))
         self._pre_tokenize = backend.pre_tokenizer.pre_tokenize_str if self._pair_cuts else None
-        self._trims_later_spaces = _trims_later_spaces(spec.get("post_processor"))
+        self._trims_later_spaces = trims_later_spaces(spec.get("post_processor"))
         model = spec.get("model") or {}
         unk = model.get("unk_token")
         unk_id = backend.token_to_id(unk) if isinstance(unk, str) else None
         # (longest word tokenized, the unknown token's id) where a longer word is that id whatever it holds
         self._unknown_word = None
         if (model.get("type") == "WordPiece" and self._pair_cuts and unk_id is not None and self._added_normed is None
-                and _keeps_words(spec.get("normalizer"))):
+                and keeps_words(spec.get("normalizer"))):
             self._unknown_word = (int(model.get("max_input_chars_per_word", 100)), int(unk_id))
             self._long_run = re.compile(f"{_LETTERS}{{{self._unknown_word[0] + 1},}}")
         self.streamable = True
@@ -430,20 +421,10 @@ class TextTokenizer:
         return self._added is None or not self._added.search(text, lo, hi)
 
 
-def _trims_later_spaces(spec: dict | None) -> bool:
-    """Whether the post-processor trims leading spaces out of every token's offsets but a text's first token's."""
-    if spec is None:
-        return False
-    if spec.get("type") == "Sequence":
-        return any(_trims_later_spaces(s) for s in spec.get("processors") or ())
-    return (spec.get("type") in _TRIMMING_PROCESSORS and bool(spec.get("trim_offsets", True))
-            and bool(spec.get("add_prefix_space", True)))
-
-
 def _trim_as_not_first(spans: list[tuple[int, int]], tokens: list[str], start: int) -> list[tuple[int, int]]:
     """A window's spans as the whole text has them where the post-processor left a window's first token's one
-    leading space in its span (``_trims_later_spaces``): in the whole text that token is not the first, and the
-    space is trimmed (a token of only that space then spans nothing, just after it)."""
+    leading space in its span (``tokenizer_spec.trims_later_spaces``): in the whole text that token is not the
+    first, and the space is trimmed (a token of only that space then spans nothing, just after it)."""
     spans = list(spans)
     for i, ((a, b), token) in enumerate(zip(spans, tokens)):
         if a != start:
@@ -458,57 +439,3 @@ def _literal_alternation(strings: list[str]) -> re.Pattern | None:
     if not strings:
         return None
     return re.compile("|".join(map(re.escape, sorted(set(strings), key=len, reverse=True))))
-
-
-def _normalizer_kind(spec: dict | None) -> tuple[bool, bool]:
-    """(character-local and keeps U+0020, and besides never drops a character nor makes whitespace)."""
-    if spec is None:
-        return True, True
-    kind = spec.get("type")
-    if kind == "Sequence":
-        kinds = [_normalizer_kind(s) for s in spec.get("normalizers", ())]
-        return all(k[0] for k in kinds), all(k[1] for k in kinds)
-    if kind in _LOCAL_NORMALIZERS:
-        return True, _LOCAL_NORMALIZERS[kind]
-    if kind == "Replace":  # one literal non-whitespace character replaced wherever it is: character-local
-        pattern, content = spec.get("pattern", {}).get("String"), spec.get("content", "")
-        if isinstance(pattern, str) and len(pattern) == 1 and not pattern.isspace():
-            return True, bool(content) and not any(c.isspace() for c in content)
-    return False, False  # Prepend, Strip, Precompiled, ByteLevel (the space becomes 'Ġ'), regex Replace, ...
-
-
-def _splits_in_pairs(spec: dict | None) -> bool:
-    """Whether every split the pre-tokenizer makes between two characters depends on those two alone."""
-    if spec is None:
-        return False
-    if spec.get("type") == "Sequence":
-        members = spec.get("pretokenizers") or []
-        return bool(members) and all(_splits_in_pairs(s) for s in members)
-    return spec.get("type") in _PAIR_SPLITTERS
-
-
-def _keeps_words(spec: dict | None) -> bool:
-    """Whether the normalizer keeps a run of letters and digits a run of letters, digits and marks, no shorter."""
-    if spec is None:
-        return True
-    if spec.get("type") == "Sequence":
-        return all(_keeps_words(s) for s in spec.get("normalizers", ()))
-    return spec.get("type") in _WORD_KEEPING
-
-
-def _splits_at_space(spec: dict | None, keeps_nonspace: bool) -> bool:
-    """Whether the pre-tokenizer always ends a pre-token just before a space that follows a non-space."""
-    if spec is None:
-        return False
-    kind = spec.get("type")
-    if kind == "Sequence":
-        members = spec.get("pretokenizers") or []
-        return bool(members) and all(_splits_at_space(s, keeps_nonspace) for s in members)
-    if kind in _SPACE_SPLITTERS:
-        return True
-    if kind == "Metaspace":
-        scheme = spec.get("prepend_scheme", "always")
-        return bool(spec.get("split", True)) and scheme in ("always", "first", "never")
-    if kind == "ByteLevel":  # the GPT-2 regex needs the normalized character before the space to be non-space
-        return bool(spec.get("use_regex", True)) and keeps_nonspace
-    return False

@@ -34,7 +34,7 @@ positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 
 def vertical_chunk_size(text: str) -> int | str:
     """argparse type of --vertical-chunk-size: a whole number >= 1, or "auto" (V from --max-memory)."""
-    from recemb.core.memory import AUTO
+    from recemb.core.options import AUTO
 
     return AUTO if text.strip().lower() == AUTO else positive_int(text)
 

@@ -57,8 +57,8 @@ _EXPORTS = {
     "content_hash": "points", "point_id": "points",
     "DEFAULT_FUSION": "search", "MAX_SEARCH_LIMIT": "search",
 }
-_ROOMS = ("calls", "collection", "cutting", "documents", "errors", "external", "lengths", "plan", "points", "rebuild",
-          "record", "search", "sync", "vectors", "writer", "writes")
+_ROOMS = ("by_id", "calls", "collection", "cutting", "documents", "errors", "external", "lengths", "passage_writer",
+          "plan", "points", "rebuild", "record", "search", "sync", "vectors", "writer", "writes")
 
 __all__ = sorted(_EXPORTS)
 

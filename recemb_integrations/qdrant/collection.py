@@ -30,7 +30,8 @@ from recemb_integrations.qdrant.writes import CreateCollection, CreateIndex, Upd
 from recemb_integrations.stores import KEYWORD, Store, as_store, filters
 
 __all__ = ["CollectionStats", "Prepared", "collection_settings", "collection_stats", "existing_collection_writes",
-           "index_writes", "new_collection_writes", "prepare_collection", "read_record", "scan_documents"]
+           "index_writes", "new_collection_writes", "prepare_collection", "read_record", "record_root",
+           "scan_documents", "too_large_warnings"]
 
 SCAN_PAGE = 512  # points per scroll request of a scan
 
@@ -208,3 +209,29 @@ def collection_stats(calls: StoreCalls, collection: str) -> CollectionStats:
     return CollectionStats(calls(store.count, collection), count[KIND_DOCUMENT], count[KIND_PASSAGE],
                            dict(sorted(owners.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))))
 
+
+def record_root(calls: StoreCalls, collection: str, record: CollectionRecord, root: str,
+                stored: StoredDocuments) -> CollectionRecord:
+    """The collection's record with ``root`` among its writers, written before that root writes (what a damaged
+    collection's rebuild reads to know whose documents no source of its holds). A record that predates the list
+    gets the roots its points were stamped with, unless some points of an earlier recemb name none."""
+    roots = {root}
+    if record.roots is None:
+        found = set(stored.seen.values())
+        if None in found:  # who wrote those cannot be told: no list rather than a wrong one
+            return record
+        roots |= found
+    if (recorded := record.with_roots(roots)) is not None:
+        calls.apply(collection, UpdateRecord(recorded.metadata()))
+        return recorded
+    return record
+
+
+def too_large_warnings(calls: StoreCalls, collection: str) -> list[tuple[str, str]]:
+    """A warning where the collection has outgrown its store (qdrant-client's local mode), else none."""
+    threshold = calls.store.threshold_points
+    if threshold is not None and (points := calls(calls.store.count, collection)) > threshold:
+        return [(f"collection {collection}", (
+            f"{points:,} points in qdrant-client's local mode, which is made for up to {threshold:,} (exact "
+            "search, slow to open); move it to Qdrant Edge or a server with `recemb migrate`"))]
+    return []

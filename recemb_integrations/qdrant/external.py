@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from recemb_integrations.qdrant.cutting import CharacterCutter, TokenCutter, cutter_for
-from recemb_integrations.qdrant.record import DEFAULT_PASSAGE_TOKENS
+from recemb_integrations.qdrant.record import DEFAULT_PASSAGE_TOKENS, NO_PASSAGES, PASSAGES_ONLY
 
 __all__ = ["DOCUMENT_VECTORS", "MODEL_OPTIONS", "ExternalEmbedder", "as_embedder", "external_embedder",
-           "sentence_transformer_of"]
+           "external_settings", "sentence_transformer_of"]
 
 # A long document's own vector: "none" (the default: a search finds it by its passages alone, and its own point holds
 # their normalised mean, which no search reads), "mean" (that mean, searched beside the passages) or "first" (its
@@ -215,3 +215,21 @@ def as_embedder(model: Any) -> Any:
     if getattr(model, "external", False) or hasattr(model, "embed_token_ids") or sentence_transformer_of(model) is None:
         return model
     return external_embedder(model)
+
+
+def external_settings(embedder: ExternalEmbedder, named: dict[str, Any]) -> tuple[ExternalEmbedder, dict[str, Any]]:
+    """A sync's named settings (``QdrantSync``'s keywords) for another library's model: its passages are cut to its
+    own window (``passage_tokens``: fewer of its tokens; 0: whole documents), so the settings of recemb's own models
+    are refused; returns the embedder cut as asked and the settings that say so."""
+    given = [k for k in ("passage_overlap", "passages_above", "long_documents") if named[k] not in (None, 0)]
+    if given:
+        raise ValueError(f"{given[0]} is a setting of recemb's own models; {embedder.name}'s passages are cut to its "
+                         "own window (passage_tokens= for fewer of its tokens, passage_characters= to "
+                         "external_embedder for a budget of characters)")
+    if named["passage_tokens"] is not None:  # 0: whole documents; N: passages of N of its tokens
+        embedder = embedder.resized(named["passage_tokens"])
+    cut = embedder.passages
+    if cut is None:
+        return embedder, {**named, "passage_tokens": NO_PASSAGES}
+    return embedder, {**named, "passage_tokens": cut[0], "passage_overlap": cut[1], "passages_above": cut[0],
+                      "long_documents": PASSAGES_ONLY}

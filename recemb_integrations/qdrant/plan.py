@@ -13,16 +13,20 @@ from recemb_integrations.qdrant.documents import DocumentEntry
 from recemb_integrations.qdrant.errors import MassDeletionError
 from recemb_integrations.qdrant.points import (
     API_ROOT,
+    FRAMEWORK_ROOT,
+    WRITER_ROOTS,
     claimable_ids,
     foreign_id_message,
     from_a_file,
     id_spellings,
     owned_ids,
+    scope_root,
 )
 from recemb_integrations.qdrant.writes import DeleteDocuments, SetMetadata, StampRoot, Write
 
-__all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty",
-           "incomplete_passages", "mass_deletion_summary", "plan_sync", "respelled", "sources_root", "stale_ids"]
+__all__ = ["DELETE_BATCH", "MASS_DELETE_FRACTION", "StoredDocuments", "SyncPlan", "check_empty", "check_sync_options",
+           "incomplete_passages", "mass_deletion_summary", "plan_sync", "respelled", "sources_root", "stale_ids",
+           "sync_root", "within_root"]
 
 DELETE_BATCH = 256  # documents deleted (or stamped) per write
 
@@ -152,6 +156,43 @@ def sources_root(scope: str | None, declared: Iterable[str | None]) -> str:
                          f"scope={scope!r}; pass the sources' own scope (folder_sources(...).scope) or none; nothing "
                          "was written")
     return roots[0]
+
+
+def check_sync_options(rebuild: bool, delete_missing: bool, scope: str | None, framework: bool) -> None:
+    """``QdrantSync.sync``'s options that cannot go together, refused before anything is read."""
+    if rebuild and not delete_missing:
+        raise ValueError("a rebuild builds the collection from `documents` alone; delete_missing=False cannot "
+                         "keep documents that are not among them")
+    if rebuild and scope is not None:
+        raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
+    if framework and (rebuild or scope is not None):
+        raise ValueError("a framework's documents have an owner of their own; they are synced without scope= "
+                         "or rebuild=")
+
+
+def sync_root(scope: str | None, entries: list[DocumentEntry], framework: bool, rebuild: bool) -> str:
+    """The root a sync of ``entries`` writes as: the framework owner's for a framework's store, else
+    ``sources_root`` (sources found by folder_sources know their root: the sync is that root's, never another's)."""
+    root = sources_root(scope_root(scope) if scope is not None else None,
+                        (scope_root(e.root) if e.root else e.root for e in entries))
+    if framework:
+        if any(e.root is not None for e in entries):
+            raise ValueError("these documents were found by folder_sources (a folder's root); a framework's "
+                             "store cannot take them over; nothing was written")
+        root = FRAMEWORK_ROOT
+    if rebuild and root not in ("", API_ROOT):
+        raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
+                         "(found with an id prefix); rebuild from sources without one; nothing was written")
+    return root
+
+
+def within_root(entries: list[DocumentEntry], root: str) -> tuple[list[DocumentEntry], list[tuple[str, str]]]:
+    """(the entries whose ids are under ``root``, a failure for each of the others); a writer's root (the Python
+    API's, a framework's) and the unprefixed root take every id."""
+    if root in ("", *WRITER_ROOTS):
+        return entries, []
+    return ([e for e in entries if e.id.startswith(root)],
+            [(e.id, f"id is outside this sync's scope {root!r}") for e in entries if not e.id.startswith(root)])
 
 
 def _root_name(root: str) -> str:

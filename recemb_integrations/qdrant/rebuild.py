@@ -20,19 +20,30 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from recemb_integrations.qdrant.calls import StoreCalls
-from recemb_integrations.qdrant.collection import index_writes, read_record
+from recemb_integrations.qdrant.collection import index_writes, read_record, scan_documents
 from recemb_integrations.qdrant.documents import DocumentEntry
-from recemb_integrations.qdrant.errors import RebuildError
-from recemb_integrations.qdrant.plan import StoredDocuments, stale_ids
+from recemb_integrations.qdrant.errors import CollectionMismatchError, MassDeletionError, RebuildError
+from recemb_integrations.qdrant.plan import StoredDocuments, check_empty, stale_ids
 from recemb_integrations.qdrant.points import API_ROOT, FRAMEWORK_ROOT, WRITER_ROOTS, describe_root
-from recemb_integrations.qdrant.record import MAX_COLLECTION_NAME, META_KEY, REBUILD_SUFFIX, CollectionRecord
+from recemb_integrations.qdrant.record import (
+    MAX_COLLECTION_NAME,
+    META_KEY,
+    REBUILD_SUFFIX,
+    CollectionRecord,
+    RequestedSettings,
+    SyncSettings,
+    decide_settings,
+)
 from recemb_integrations.qdrant.writes import CreateCollection, DropCollection, Optimize, UpdateRecord, Upsert
-from recemb_integrations.stores import Store, StoredPoint, as_store
+from recemb_integrations.stores import Store, StoreDamagedError, StoredPoint, as_store
 
-__all__ = ["COPY_PAGE", "damaged_rebuild_refusal", "damaged_roots_refusal", "finish_interrupted_rebuild",
-           "interrupted_rebuild_hint", "mark_staged", "rebuild_deletions", "staged_rebuild", "staging_name", "swap"]
+__all__ = ["COPY_PAGE", "check_staged", "damaged_rebuild_refusal", "damaged_roots_refusal",
+           "finish_interrupted_rebuild", "interrupted_rebuild_hint", "mark_staged", "prepare_rebuild",
+           "rebuild_collection", "rebuild_deletions", "staged_rebuild", "staging_name", "swap"]
 
 COPY_PAGE = 256  # points per request when the staged points are copied into place
+RECOVERED = ("rebuilt from the documents given: the old collection could not be read, so what it held beyond them "
+             "was dropped (it was damaged: ")
 
 
 def staging_name(collection: str) -> str | None:
@@ -185,3 +196,86 @@ def _copy_points(calls: StoreCalls, staging: str, collection: str, final: Collec
     calls.apply(collection, UpdateRecord(final.metadata()))
     calls.apply(staging, DropCollection())
     calls.apply(collection, Optimize())
+
+
+def prepare_rebuild(calls: StoreCalls, collection: str, record: CollectionRecord | None, requested: RequestedSettings,
+                    stored: StoredDocuments | None, entries: list[DocumentEntry], bad: list[tuple[str, str]],
+                    root: str, keep_ids: Iterable[str], allow_mass_delete: bool, skip_empty: bool,
+                    drop_other_writers: bool) -> tuple[CollectionRecord | None, SyncSettings, str | None, list[str]]:
+    """Before a rebuild writes anything: (the live collection's record, or None; the settings the rebuilt one
+    takes; why the live one cannot be read where it is damaged, else None; the documents the rebuild drops). A
+    damaged collection is rebuilt from ``entries`` alone, so that needs ``allow_mass_delete``
+    (``MassDeletionError``) and, where its record names other writers, ``drop_other_writers`` (``RebuildError``).
+    ``record``/``stored``: the live collection's record and scan where the caller has them."""
+    damage = None
+    try:
+        live = record or read_record(calls.store, collection, calls)
+    except StoreDamagedError as e:
+        live, damage = None, e.damage
+    if live is not None:  # (a collection not made by recemb is refused by read_record)
+        settings = decide_settings(live, requested, rebuild=True)
+        try:
+            stored = stored if stored is not None else scan_documents(calls, collection)
+        except StoreDamagedError as e:
+            stored, damage = None, e.damage
+    else:
+        settings = decide_settings(None, requested)
+    if damage is not None and not allow_mass_delete:
+        raise MassDeletionError(damaged_rebuild_refusal(collection), collection, damaged=True)
+    if damage is not None and not drop_other_writers and (
+            refusal := damaged_roots_refusal(collection, live, root)) is not None:
+        raise RebuildError(refusal)
+    stale = []
+    if stored is not None:
+        kept, left_out, _ = check_empty(entries, skip_empty)
+        stale = rebuild_deletions(collection, stored, root, kept, left_out, bad, keep_ids, allow_mass_delete)
+    return live, settings, damage, stale
+
+
+def check_staged(collection: str, staging: str, report: Any, keep_ids: Iterable[str]) -> None:
+    """A ``RebuildError`` where a document of the staging collection's sync (``report``) failed or could not be
+    read (``keep_ids``): the live collection is then not replaced."""
+    unreadable = sorted(set(keep_ids))
+    if report.failed or unreadable:
+        failed = report.failed + [(d, "could not be read") for d in unreadable]
+        raise RebuildError(
+            f"{len(failed)} documents failed ({failed[0][0]}: {failed[0][1]}); collection {collection!r} was not "
+            f"replaced, so their current versions are kept. Fix or remove them and run the rebuild again: the "
+            f"{report.added + report.updated + report.unchanged} documents already rebuilt in {staging!r} are kept "
+            "and not embedded again.", report)
+
+
+def rebuild_collection(sync: Any, entries: list[DocumentEntry], bad: list[tuple[str, str]],
+                       stored: StoredDocuments | None, root: str, show_progress_bar: bool | None,
+                       on_document: Any, keep_ids: Iterable[str], allow_mass_delete: bool, skip_empty: bool,
+                       executor: Any, drop_other_writers: bool = False) -> Any:
+    """Rebuild ``sync``'s collection (a ``QdrantSync``) from ``entries`` with its settings (the module docstring):
+    the staging collection is synced from the same first pass (``QdrantSync.sync_entries``), and its record is the
+    one its sync made. ``root``: the entries' owner ("" a folder's, ``API_ROOT`` the Python API's), kept by the
+    rebuilt documents. Returns the staging sync's report."""
+    calls, collection = sync.calls, sync.collection
+    live, settings, damage, stale = prepare_rebuild(calls, collection, sync.record, sync.requested, stored, entries,
+                                                    bad, root, keep_ids, allow_mass_delete, skip_empty,
+                                                    drop_other_writers)
+    staging = staging_name(collection)
+    if staging is None:
+        raise ValueError(f"collection name {collection!r} is too long to rebuild beside itself")
+    builder = sync.like(staging, settings)
+    options = dict(show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=(),
+                   allow_mass_delete=True, skip_empty=skip_empty, executor=executor)
+    try:
+        report = builder.sync_entries(entries, bad, root, True, None, **options)
+    except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
+        # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
+        read_record(calls.store, staging, calls)
+        calls.apply(staging, DropCollection())
+        builder.forget_checks()
+        report = builder.sync_entries(entries, bad, root, True, None, **options)
+    check_staged(collection, staging, report, keep_ids)
+    final = mark_staged(calls, collection, builder.record)
+    swap(calls, collection, final, live_exists=live is not None or damage is not None,
+         index_metadata=sync.index_metadata)
+    report.deleted = len(stale)
+    if damage is not None:
+        report.warnings.append((f"collection {collection}", f"{RECOVERED}{damage})"))
+    return report

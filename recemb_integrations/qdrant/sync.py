@@ -11,8 +11,15 @@ from dataclasses import replace
 from typing import Any
 
 import recemb
+from recemb_integrations.qdrant import by_id
 from recemb_integrations.qdrant.calls import StoreCalls
-from recemb_integrations.qdrant.collection import SCAN_PAGE, prepare_collection, read_record, scan_documents
+from recemb_integrations.qdrant.collection import (
+    prepare_collection,
+    read_record,
+    record_root,
+    scan_documents,
+    too_large_warnings,
+)
 from recemb_integrations.qdrant.documents import (
     Document,
     DocumentEntry,
@@ -24,41 +31,29 @@ from recemb_integrations.qdrant.documents import (
 )
 from recemb_integrations.qdrant.errors import (
     CollectionMismatchError,
-    MassDeletionError,
     NothingReadableError,
-    NotOwnedError,
-    RebuildError,
 )
-from recemb_integrations.qdrant.external import as_embedder
-from recemb_integrations.qdrant.plan import DELETE_BATCH, StoredDocuments, check_empty, plan_sync, sources_root
+from recemb_integrations.qdrant.external import as_embedder, external_settings
+from recemb_integrations.qdrant.plan import (
+    StoredDocuments,
+    check_empty,
+    check_sync_options,
+    plan_sync,
+    sync_root,
+    within_root,
+)
 from recemb_integrations.qdrant.points import (
-    API_ROOT,
-    FRAMEWORK_ROOT,
     KIND_DOCUMENT,
-    ROOT_KEY,
-    WRITER_ROOTS,
-    describe_root,
-    from_a_file,
-    id_spellings,
     match,
     model_fingerprint,
-    owned_among,
-    point_id,
-    scope_root,
 )
 from recemb_integrations.qdrant.rebuild import (
-    damaged_rebuild_refusal,
-    damaged_roots_refusal,
     finish_interrupted_rebuild,
     interrupted_rebuild_hint,
-    mark_staged,
-    rebuild_deletions,
-    staging_name,
-    swap,
+    rebuild_collection,
 )
 from recemb_integrations.qdrant.record import (
     NO_PASSAGES,
-    PASSAGES_ONLY,
     CollectionRecord,
     ModelFacts,
     RequestedSettings,
@@ -71,37 +66,18 @@ from recemb_integrations.qdrant.search import (
     Searchable,
     SearchHit,
     check_search,
-    metadata_condition,
     search,
 )
 from recemb_integrations.qdrant.vectors import check_vector
 from recemb_integrations.qdrant.writer import Executor, LocalExecutor, WriteJob
-from recemb_integrations.qdrant.writes import DeleteDocuments, DropCollection, Optimize, UpdateRecord
+from recemb_integrations.qdrant.writes import Optimize
 from recemb_integrations.sparse import Bm25
-from recemb_integrations.stores import INTEGER, KEYWORD, Store, StoreDamagedError, as_store, filters
+from recemb_integrations.stores import INTEGER, KEYWORD, Store, as_store, filters
 
-__all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE", "not_owned_message"]
+__all__ = ["FIRST_PASS_BAR", "QdrantSync", "STREAM_HINT_SIZE"]
 
 STREAM_HINT_SIZE = 1 << 20  # a document this large shows a progress bar even alone
-RECOVERED = ("rebuilt from the documents given: the old collection could not be read, so what it held beyond them "
-             "was dropped (it was damaged: ")
 FIRST_PASS_BAR = 1000  # documents from which a sync's first pass (hashing) shows a progress bar
-
-
-def not_owned_message(collection: str, foreign: list[str], owner: str | None, metadata: Any) -> str:
-    """Why a framework's delete refuses documents another writer wrote, and the way on for each kind of writer."""
-    shown = ", ".join(repr(d) for d in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-    if owner == "" and not from_a_file(metadata):  # claimable: written before its writer was recorded
-        whose = ("were written before recemb recorded who writes a document (by the Python API or a framework's "
-                 "store of an earlier recemb), so no framework's delete takes them")
-        way = ("Add them again through this store to make them its own, or delete them with "
-               "QdrantSync.delete_documents")
-    else:
-        whose = f"were not written through a framework's store: {describe_root(owner)} of collection {collection!r} " \
-                "keeps them, and a framework's delete never touches them"
-        way = ("Remove the file and sync its folder" if owner not in WRITER_ROOTS else
-               "Delete them through their writer") + ", or delete them with QdrantSync.delete_documents"
-    return f"{len(foreign)} of the documents named ({shown}) {whose}; nothing was deleted. {way}."
 
 
 class QdrantSync:
@@ -184,20 +160,7 @@ class QdrantSync:
         else:  # impossible values fail now, before any model or store work; whether the collection agrees is
             # decided when its record is read (a rebuild may change what it recorded)
             if getattr(embedder, "external", False):  # another library's model: passages cut to its window
-                given = [k for k in ("passage_overlap", "passages_above", "long_documents")
-                         if named[k] not in (None, 0)]
-                if given:
-                    raise ValueError(f"{given[0]} is a setting of recemb's own models; {embedder.name}'s passages "
-                                     "are cut to its own window (passage_tokens= for fewer of its tokens, "
-                                     "passage_characters= to external_embedder for a budget of characters)")
-                if passage_tokens is not None:  # 0: whole documents; N: passages of N of its tokens
-                    embedder = embedder.resized(passage_tokens)
-                cut = embedder.passages
-                if cut is None:
-                    named["passage_tokens"] = NO_PASSAGES
-                else:
-                    named.update(passage_tokens=cut[0], passage_overlap=cut[1], passages_above=cut[0],
-                                 long_documents=PASSAGES_ONLY)
+                embedder, named = external_settings(embedder, named)
             self.requested = RequestedSettings(**named)
             settings = decide_settings(None, self.requested)
         if settings.sparse:
@@ -236,9 +199,10 @@ class QdrantSync:
         opened.settings = record.settings
         return opened
 
-    def like(self, collection: str) -> QdrantSync:
-        """Another collection's sync with this one's settings and options (the staging collection of a rebuild)."""
-        return QdrantSync(self.store, collection, self.embedder, self.settings, model_id=self.model_id,
+    def like(self, collection: str, settings: SyncSettings | None = None) -> QdrantSync:
+        """Another collection's sync with this one's options and ``settings`` (default: this one's): the staging
+        collection of a rebuild."""
+        return QdrantSync(self.store, collection, self.embedder, settings or self.settings, model_id=self.model_id,
                           batch_size=self.batch_size, retries=self.calls.retries, index_metadata=self.index_metadata)
 
     # ------------------------------------------------------------------ collection
@@ -370,14 +334,7 @@ class QdrantSync:
         ``documents`` may be ``DocumentSource``s: read once to hash them and again only to embed, a batch at a time.
         If every document fails to read, a sync with ``delete_missing`` raises ``NothingReadableError`` before any
         write."""
-        if rebuild and not delete_missing:
-            raise ValueError("a rebuild builds the collection from `documents` alone; delete_missing=False cannot "
-                             "keep documents that are not among them")
-        if rebuild and scope is not None:
-            raise ValueError("a rebuild replaces the whole collection; it cannot be limited to a scope")
-        if framework and (rebuild or scope is not None):
-            raise ValueError("a framework's documents have an owner of their own; they are synced without scope= "
-                             "or rebuild=")
+        check_sync_options(rebuild, delete_missing, scope, framework)
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
@@ -387,20 +344,9 @@ class QdrantSync:
         shown = show_progress_bar if show_progress_bar is not None else sized > FIRST_PASS_BAR
         entries, bad = read_entries(tqdm(documents, total=sized or None, desc=f"Reading for {self.collection}",
                                          unit="doc", leave=False, disable=not shown))
-        # Sources found by folder_sources know their root: the sync is that root's, never another's.
-        root = sources_root(scope_root(scope) if scope is not None else None,
-                            (scope_root(e.root) if e.root else e.root for e in entries))
-        if framework:
-            if any(e.root is not None for e in entries):
-                raise ValueError("these documents were found by folder_sources (a folder's root); a framework's "
-                                 "store cannot take them over; nothing was written")
-            root = FRAMEWORK_ROOT
-        if rebuild and root not in ("", API_ROOT):
-            raise ValueError(f"a rebuild replaces the whole collection, but these documents are the root {root!r} "
-                             "(found with an id prefix); rebuild from sources without one; nothing was written")
-        if root not in ("", *WRITER_ROOTS):
-            bad += [(e.id, f"id is outside this sync's scope {root!r}") for e in entries if not e.id.startswith(root)]
-            entries = [e for e in entries if e.id.startswith(root)]
+        root = sync_root(scope, entries, framework, rebuild)
+        entries, outside = within_root(entries, root)
+        bad += outside
         if delete_missing and bad and not entries:
             raise NothingReadableError(f"none of the {len(bad)} documents could be read ({bad[0][0]}: {bad[0][1]}); "
                                        "nothing was synced or deleted")
@@ -412,16 +358,21 @@ class QdrantSync:
             if rebuild:  # ... by the rebuild that was asked for: bring it up to date
                 rebuild = False
         if rebuild:
-            return self._rebuild(entries, bad, stored, root, start=start, drop_other_writers=drop_other_writers,
-                                 **options)
-        return self._sync_entries(entries, bad, root, delete_missing, stored, start=start, **options)
+            report = rebuild_collection(self, entries, bad, stored, root, drop_other_writers=drop_other_writers,
+                                        **options)
+            self.forget_checks()  # the collection changed under this instance
+            report.seconds = time.perf_counter() - start
+            return report
+        report = self.sync_entries(entries, bad, root, delete_missing, stored, **options)
+        report.seconds = time.perf_counter() - start
+        return report
 
-    def _sync_entries(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], root: str,
-                      delete_missing: bool, stored: StoredDocuments | None, start: float,
-                      show_progress_bar: bool | None, on_document: Callable[[str, str], None] | None,
-                      keep_ids: Iterable[str], allow_mass_delete: bool, skip_empty: bool,
-                      executor: Executor | None) -> SyncReport:
-        """A sync after its first pass (``entries``, and ``bad``: documents that could not be read)."""
+    def sync_entries(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], root: str,
+                     delete_missing: bool, stored: StoredDocuments | None, show_progress_bar: bool | None,
+                     on_document: Callable[[str, str], None] | None, keep_ids: Iterable[str], allow_mass_delete: bool,
+                     skip_empty: bool, executor: Executor | None) -> SyncReport:
+        """A sync after its first pass (``entries``, and ``bad``: documents that could not be read) as ``root``:
+        what ``sync`` and a rebuild's staging collection run (``sync`` says what each option does)."""
         report = SyncReport()
         report.failed.extend(bad)
         entries, left_out, blank = check_empty(entries, skip_empty)
@@ -430,7 +381,7 @@ class QdrantSync:
         stored = stored if stored is not None else self.scan()
         plan = plan_sync(self.collection, entries, left_out, bad, stored, root, delete_missing, keep_ids,
                          allow_mass_delete)
-        self._record_root(root, stored)
+        self.record = record_root(self.calls, self.collection, self.record, root, stored)
         report.failed.extend(plan.failed)
         report.warnings.extend(plan.warnings)
         report.metadata_updated, report.unchanged = plan.metadata_updated, plan.unchanged
@@ -452,95 +403,8 @@ class QdrantSync:
         report.deleted = plan.deleted
         if report.added or report.updated:
             self.calls.apply(self.collection, Optimize(show_progress_bar=show_progress_bar))
-        self._warn_if_too_large(report)
-        report.seconds = time.perf_counter() - start
+        report.warnings.extend(too_large_warnings(self.calls, self.collection))
         return report
-
-    def _record_root(self, root: str, stored: StoredDocuments) -> None:
-        """Record ``root`` among the collection's writers before it writes (what a damaged collection's rebuild
-        reads to know whose documents no source of its holds). A collection whose record predates the list gets the
-        roots its points were stamped with, unless some points of an earlier recemb name none."""
-        roots = {root}
-        if self.record.roots is None:
-            found = set(stored.seen.values())
-            if None in found:  # who wrote those cannot be told: no list rather than a wrong one
-                return
-            roots |= found
-        if (recorded := self.record.with_roots(roots)) is not None:
-            self.calls.apply(self.collection, UpdateRecord(recorded.metadata()))
-            self.record = recorded
-
-    def _rebuild(self, entries: list[DocumentEntry], bad: list[tuple[str, str]], stored: StoredDocuments | None,
-                 root: str, start: float, show_progress_bar: bool | None,
-                 on_document: Callable[[str, str], None] | None, keep_ids: Iterable[str], allow_mass_delete: bool,
-                 skip_empty: bool, executor: Executor | None, drop_other_writers: bool = False) -> SyncReport:
-        """Rebuild the collection from ``entries`` with this instance's settings (``rebuild``'s module docstring):
-        the staging collection is synced from the same first pass, and its record is the one its sync made.
-        ``root``: the entries' owner ("" a folder's, ``API_ROOT`` the Python API's), kept by the rebuilt documents."""
-        damage = None  # why the collection cannot be read, where it is damaged: rebuilt from ``entries`` alone
-        try:
-            live = self.record or read_record(self.store, self.collection, self.calls)
-        except StoreDamagedError as e:
-            live, damage = None, e.damage
-        if live is not None:  # (a collection not made by recemb is refused by read_record)
-            settings = decide_settings(live, self.requested, rebuild=True)
-            try:
-                stored = stored if stored is not None else self.scan()
-            except StoreDamagedError as e:
-                stored, damage = None, e.damage
-        else:
-            settings = decide_settings(None, self.requested)
-        if damage is not None and not allow_mass_delete:
-            raise MassDeletionError(damaged_rebuild_refusal(self.collection), self.collection, damaged=True)
-        if damage is not None and not drop_other_writers and (
-                refusal := damaged_roots_refusal(self.collection, live, root)) is not None:
-            raise RebuildError(refusal)
-        if stored is not None:
-            kept, left_out, _ = check_empty(entries, skip_empty)
-            stale = rebuild_deletions(self.collection, stored, root, kept, left_out, bad, keep_ids,
-                                      allow_mass_delete)
-        else:
-            stale = []
-        staging = staging_name(self.collection)
-        if staging is None:
-            raise ValueError(f"collection name {self.collection!r} is too long to rebuild beside itself")
-        builder = QdrantSync(self.store, staging, self.embedder, settings, model_id=self.model_id,
-                             batch_size=self.batch_size, retries=self.calls.retries,
-                             index_metadata=self.index_metadata)
-        options = dict(show_progress_bar=show_progress_bar, on_document=on_document, keep_ids=(),
-                       allow_mass_delete=True, skip_empty=skip_empty, executor=executor)
-        try:
-            report = builder._sync_entries(entries, bad, root, True, None, start=start, **options)
-        except CollectionMismatchError:  # staged by an earlier rebuild with other settings: start it afresh
-            # ... but only if it is recemb's staging collection: a foreign one of that name is refused, not dropped
-            read_record(self.store, staging, self.calls)
-            self.calls.apply(staging, DropCollection())
-            builder.forget_checks()
-            report = builder._sync_entries(entries, bad, root, True, None, start=start, **options)
-        unreadable = sorted(set(keep_ids))
-        if report.failed or unreadable:
-            failed = report.failed + [(d, "could not be read") for d in unreadable]
-            raise RebuildError(
-                f"{len(failed)} documents failed ({failed[0][0]}: {failed[0][1]}); collection {self.collection!r} "
-                f"was not replaced, so their current versions are kept. Fix or remove them and run the rebuild "
-                f"again: the {report.added + report.updated + report.unchanged} documents already rebuilt in "
-                f"{staging!r} are kept and not embedded again.", report)
-        final = mark_staged(self.calls, self.collection, builder.record)
-        swap(self.calls, self.collection, final, live_exists=live is not None or damage is not None,
-             index_metadata=self.index_metadata)
-        self.forget_checks()  # the collection changed under this instance
-        report.deleted = len(stale)
-        if damage is not None:
-            report.warnings.append((f"collection {self.collection}", f"{RECOVERED}{damage})"))
-        report.seconds = time.perf_counter() - start
-        return report
-
-    def _warn_if_too_large(self, report: SyncReport) -> None:
-        threshold = self.store.threshold_points
-        if threshold is not None and (points := self.calls(self.store.count, self.collection)) > threshold:
-            report.warnings.append((f"collection {self.collection}", (
-                f"{points:,} points in qdrant-client's local mode, which is made for up to {threshold:,} (exact "
-                "search, slow to open); move it to Qdrant Edge or a server with `recemb migrate`")))
 
     # ------------------------------------------------------------------ search
     def search(self, query: str, limit: int = 10, instruction: str | None = None,
@@ -589,16 +453,14 @@ class QdrantSync:
         normalised here, so any length of theirs is taken)."""
         return not getattr(self.embedder, "external", False)
 
-    # ------------------------------------------------------------------ documents by id
+    # ------------------------------------------------------------------ documents by id (``by_id``)
     def get_documents(self, document_ids: Iterable[str]) -> list[StoredDocument]:
         """The documents of these ids as the collection holds them, in the order asked (missing ones left out)."""
         ids = check_document_ids(document_ids, "get_documents")
         if not ids or not self.calls(self.store.collection_exists, self.collection):
             return []
         self.ensure_collection(create=False)
-        found = {d: StoredDocument(d, p.get("text"), p.get("metadata") or {}, p.get("content_hash"),
-                                   p.get("passages") or 0) for d, p in self._own_points(ids).items()}
-        return [found[d] for d in ids if d in found]
+        return by_id.get_documents(self.calls, self.collection, ids)
 
     def delete_documents(self, document_ids: Iterable[str], framework: bool = False,
                          keep_foreign: bool = False) -> int:
@@ -615,37 +477,7 @@ class QdrantSync:
         ids = check_document_ids(document_ids, "delete_documents")
         if not ids or not self.calls(self.store.collection_exists, self.collection):
             return 0
-        held = self._own_points(ids)
-        if framework:
-            owners = {d: p.get(ROOT_KEY) for d, p in held.items()}
-            mine = owned_among(held, FRAMEWORK_ROOT)
-            foreign = [d for d in dict.fromkeys(ids) if d in held and d not in mine]
-            if foreign and keep_foreign:
-                ids, held = [d for d in ids if d in mine or d not in held], {d: held[d] for d in mine}
-            elif foreign:
-                raise NotOwnedError(not_owned_message(self.collection, foreign, owners[foreign[0]],
-                                                      held[foreign[0]].get("metadata")),
-                                    foreign, [owners[d] for d in foreign])
-        # the stored spelling of each, and the id as given (passages of a document whose own point is gone)
-        named = list(dict.fromkeys([*ids, *(p["document_id"] for p in held.values())]))
-        for i in range(0, len(named), DELETE_BATCH):
-            self.calls.apply(self.collection, DeleteDocuments(tuple(named[i:i + DELETE_BATCH]),
-                                                              FRAMEWORK_ROOT if framework else None))
-        return len(held)
-
-    def _own_points(self, document_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """The payloads of these documents' own points (document id, as given -> payload; absent: not stored), under
-        any spelling the collection holds the id in (``points.id_spellings``: NFD, where an earlier recemb kept it)."""
-        asked = {s: d for d in document_ids for s in id_spellings(d)}
-        spellings = list(asked)
-        found = {}
-        for i in range(0, len(spellings), DELETE_BATCH):
-            for p in self.calls(self.store.retrieve, self.collection,
-                                [point_id(s) for s in spellings[i:i + DELETE_BATCH]]):
-                payload = p.payload or {}
-                if payload.get("kind") == KIND_DOCUMENT and payload.get("document_id") in asked:
-                    found.setdefault(asked[payload["document_id"]], payload)
-        return found
+        return by_id.delete_documents(self.calls, self.collection, ids, framework, keep_foreign)
 
     def document_ids(self, filter: dict[str, Any] | None = None, framework: bool = False) -> list[str]:
         """The ids of the collection's documents (sorted), or of those whose metadata matches ``filter`` (a dict
@@ -653,20 +485,9 @@ class QdrantSync:
         framework owner's (what ``delete_documents(..., framework=True)`` may delete)."""
         if filter is not None and not isinstance(filter, Mapping):
             raise TypeError(f"filter is a dict of metadata key -> value, got {type(filter).__name__}")
-        conditions = [match("kind", KIND_DOCUMENT)] + [metadata_condition(k, v) for k, v in (filter or {}).items()]
         if not self.calls(self.store.collection_exists, self.collection):
             return []
-        found, offset = {}, None
-        while True:
-            points, offset = self.calls(self.store.scroll, self.collection, limit=SCAN_PAGE, offset=offset,
-                                        filter=filters.Filter(must=tuple(conditions)),
-                                        with_payload=["document_id", ROOT_KEY, "metadata"] if framework
-                                        else ["document_id"])
-            found.update((p.payload["document_id"], p.payload) for p in points
-                         if (p.payload or {}).get("document_id"))
-            if offset is None:
-                break
-        return sorted(owned_among(found, FRAMEWORK_ROOT) if framework else found)
+        return by_id.document_ids(self.calls, self.collection, filter, framework)
 
     def count(self) -> int:
         """Number of documents (document points) in the collection."""
