@@ -211,12 +211,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def _external_settings(args, record, requested, embedder):
     """(embedder, settings) of a sync with a sentence-transformers model: its passages cut to its window (or to
-    --passage-characters), a collection it embedded whole before passages kept so; recemb's passage flags
-    refused."""
+    --passage-characters; the loader cut them so), a collection it embedded whole before passages kept so
+    (``external.external_request``, the one rule); recemb's passage flags refused."""
     from dataclasses import replace
 
     from recemb_integrations.qdrant import SettingsConflict
-    from recemb_integrations.qdrant.record import NO_PASSAGES, PASSAGES_ONLY, decide_settings
+    from recemb_integrations.qdrant.external import external_request
+    from recemb_integrations.qdrant.record import decide_settings
 
     given = [FLAGS[k] for k in ("passage_overlap", "passages_above", "long_documents")
              if getattr(args, k, None) is not None]
@@ -224,12 +225,7 @@ def _external_settings(args, record, requested, embedder):
         raise CommandError(f"{given[0] if given else '--no-passages'} is for recemb's own models; the passages of "
                            f"{embedder.name} are cut to its window (--passage-tokens N for fewer tokens, "
                            "--passage-characters N for a budget of characters instead)")
-    if record is not None and not record.settings.passages:
-        embedder, cut = embedder.whole(), None
-    else:
-        cut = embedder.passages
-    requested = replace(requested, passage_tokens=NO_PASSAGES) if cut is None else replace(
-        requested, passage_tokens=cut[0], passage_overlap=cut[1], passages_above=cut[0], long_documents=PASSAGES_ONLY)
+    embedder, requested = external_request(embedder, replace(requested, passage_tokens=None), record)
     try:
         settings = decide_settings(record, requested, rebuild=args.rebuild)
     except SettingsConflict as e:

@@ -27,10 +27,16 @@ from typing import Any
 import numpy as np
 
 from recemb_integrations.qdrant.cutting import CharacterCutter, TokenCutter, cutter_for
-from recemb_integrations.qdrant.record import DEFAULT_PASSAGE_TOKENS, NO_PASSAGES, PASSAGES_ONLY
+from recemb_integrations.qdrant.record import (
+    DEFAULT_PASSAGE_TOKENS,
+    NO_PASSAGES,
+    PASSAGES_ONLY,
+    CollectionRecord,
+    RequestedSettings,
+)
 
 __all__ = ["DOCUMENT_VECTORS", "MODEL_OPTIONS", "ExternalEmbedder", "as_embedder", "external_embedder",
-           "external_settings", "sentence_transformer_of"]
+           "external_request", "sentence_transformer_of"]
 
 # A long document's own vector: "none" (the default: a search finds it by its passages alone, and its own point holds
 # their normalised mean, which no search reads), "mean" (that mean, searched beside the passages) or "first" (its
@@ -217,19 +223,25 @@ def as_embedder(model: Any) -> Any:
     return external_embedder(model)
 
 
-def external_settings(embedder: ExternalEmbedder, named: dict[str, Any]) -> tuple[ExternalEmbedder, dict[str, Any]]:
-    """A sync's named settings (``QdrantSync``'s keywords) for another library's model: its passages are cut to its
-    own window (``passage_tokens``: fewer of its tokens; 0: whole documents), so the settings of recemb's own models
-    are refused; returns the embedder cut as asked and the settings that say so."""
-    given = [k for k in ("passage_overlap", "passages_above", "long_documents") if named[k] not in (None, 0)]
+def external_request(embedder: ExternalEmbedder, requested: RequestedSettings,
+                     record: CollectionRecord | None = None) -> tuple[ExternalEmbedder, RequestedSettings]:
+    """The one decision of how another library's model cuts a sync's documents: its passages fit its own window
+    (``requested.passage_tokens``: fewer of its tokens; 0: whole documents), and a collection it embedded whole
+    before its passages were cut (``record`` without passages) stays whole. recemb's own passage settings are
+    refused (ValueError). Returns the embedder cut so and the request that says it (what the collection records)."""
+    given = [k for k in ("passage_overlap", "passages_above", "long_documents")
+             if getattr(requested, k) not in (None, 0)]
     if given:
         raise ValueError(f"{given[0]} is a setting of recemb's own models; {embedder.name}'s passages are cut to its "
                          "own window (passage_tokens= for fewer of its tokens, passage_characters= to "
                          "external_embedder for a budget of characters)")
-    if named["passage_tokens"] is not None:  # 0: whole documents; N: passages of N of its tokens
-        embedder = embedder.resized(named["passage_tokens"])
+    if record is not None and not record.settings.passages:
+        embedder = embedder.whole()
+    elif requested.passage_tokens is not None:
+        embedder = embedder.resized(requested.passage_tokens)
     cut = embedder.passages
     if cut is None:
-        return embedder, {**named, "passage_tokens": NO_PASSAGES}
-    return embedder, {**named, "passage_tokens": cut[0], "passage_overlap": cut[1], "passages_above": cut[0],
-                      "long_documents": PASSAGES_ONLY}
+        return embedder, replace(requested, passage_tokens=NO_PASSAGES, passage_overlap=None, passages_above=None,
+                                 long_documents=None)
+    return embedder, replace(requested, passage_tokens=cut[0], passage_overlap=cut[1], passages_above=cut[0],
+                             long_documents=PASSAGES_ONLY)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
-from dataclasses import replace
 from typing import Any
 
 import recemb
@@ -33,7 +32,7 @@ from recemb_integrations.qdrant.errors import (
     CollectionMismatchError,
     NothingReadableError,
 )
-from recemb_integrations.qdrant.external import as_embedder, external_settings
+from recemb_integrations.qdrant.external import as_embedder, external_request
 from recemb_integrations.qdrant.plan import (
     StoredDocuments,
     check_empty,
@@ -53,7 +52,6 @@ from recemb_integrations.qdrant.rebuild import (
     rebuild_collection,
 )
 from recemb_integrations.qdrant.record import (
-    NO_PASSAGES,
     CollectionRecord,
     ModelFacts,
     RequestedSettings,
@@ -153,15 +151,17 @@ class QdrantSync:
                      max_tokens=max_tokens, sparse=sparse, sparse_language=sparse_language, store_text=store_text,
                      long_documents=long_documents)
         self._given = settings  # settings named whole: a new collection takes them as they are
+        self._asked: RequestedSettings | None = None  # another library's model: what the caller asked
         if settings is not None:
             if any(v is not None for v in named.values()):
                 raise TypeError("give settings= or setting keywords, not both")
             self.requested = settings.as_requested()
         else:  # impossible values fail now, before any model or store work; whether the collection agrees is
             # decided when its record is read (a rebuild may change what it recorded)
-            if getattr(embedder, "external", False):  # another library's model: passages cut to its window
-                embedder, named = external_settings(embedder, named)
             self.requested = RequestedSettings(**named)
+            if getattr(embedder, "external", False):  # another library's model: passages cut to its window
+                self._asked = self.requested  # decided again once the collection's record is read
+                embedder, self.requested = external_request(embedder, self.requested, record)
             settings = decide_settings(None, self.requested)
         if settings.sparse:
             Bm25(language=settings.sparse_language)  # an unknown language fails here, before any model work
@@ -239,12 +239,8 @@ class QdrantSync:
         if self._prepared or (not create and self._read_checked):
             return
         record = self.record or read_record(self.store, self.collection, self.calls)
-        if (record is not None and getattr(self.embedder, "external", False) and self.embedder.cutter is not None
-                and not record.settings.passages and self._given is None):
-            # made for another library's model before its passages were cut: its documents stay whole
-            self.embedder = self.embedder.whole()
-            self.requested = replace(self.requested, passage_tokens=NO_PASSAGES, passage_overlap=None,
-                                     passages_above=None, long_documents=None)
+        if record is not None and self._asked is not None:  # another library's model: the record may keep it whole
+            self.embedder, self.requested = external_request(self.embedder, self._asked, record)
         if not create:
             if record is None:
                 raise CollectionMismatchError(f"collection {self.collection!r} does not exist; "

@@ -131,3 +131,29 @@ def test_cutter_for_prefers_the_users_budget_then_the_tokenizer(tokenizer):
     assert isinstance(cutter_for(tokenizer, 128), TokenCutter)
     assert cutter_for(tokenizer, 128, characters=500) == CharacterCutter(500)
     assert cutter_for(None, None) == CharacterCutter()
+
+
+def test_external_request_is_the_one_rule_for_another_models_passages(tokenizer):
+    """How another library's model cuts a sync's documents, decided in one place (``external.external_request``,
+    which QdrantSync and ``recemb sync`` both call): its window by default, fewer of its tokens when asked, whole
+    with 0 or where its collection was made whole; recemb's own passage settings refused."""
+    import types
+
+    from recemb_integrations.qdrant.external import ExternalEmbedder, external_request
+    from recemb_integrations.qdrant.record import NO_PASSAGES, PASSAGES_ONLY, RequestedSettings
+
+    model = ExternalEmbedder("m", 4, lambda texts: [[1.0, 0, 0, 0]] * len(texts), lambda q: [1.0, 0, 0, 0],
+                             TokenCutter(tokenizer, 32))
+    embedder, request = external_request(model, RequestedSettings())
+    assert embedder.passages == (30, request.passage_overlap) and request.passage_tokens == 30
+    assert request.passages_above == 30 and request.long_documents == PASSAGES_ONLY
+    embedder, request = external_request(model, RequestedSettings(passage_tokens=16, store_text=True))
+    assert embedder.passages[0] == request.passage_tokens == 16 and request.store_text is True
+    embedder, request = external_request(model, RequestedSettings(passage_tokens=0))
+    assert embedder.passages is None and request.passage_tokens == NO_PASSAGES and request.passages_above is None
+    made_whole = types.SimpleNamespace(settings=types.SimpleNamespace(passages=False))
+    embedder, request = external_request(model, RequestedSettings(passage_tokens=16), made_whole)
+    assert embedder.passages is None and request.passage_tokens == NO_PASSAGES
+    for recembs in ({"passage_overlap": 4}, {"passages_above": 100}, {"long_documents": "passages"}):
+        with pytest.raises(ValueError, match="recemb's own models"):
+            external_request(model, RequestedSettings(**recembs))
