@@ -33,7 +33,8 @@ model from offline material only
 
 Modules: ``data`` (pairs and long windows: ../shared/data, Python docstrings, man pages), ``texts`` (every text's
 role in one table), ``teacher``, ``static_fit``, ``initialise``, ``distil``, ``validation``, ``build``
-(``train_mini``: the whole run), ``card`` (the model card), ``__main__`` (the command).
+(``train_mini``: the whole run), ``card`` (the model card), ``parts`` (a model folder as the bounded files a lent
+GPU machine hands back, and ``--assemble``: the folder again), ``__main__`` (the command).
 """
 
 NAME = "recemb-mamba2-mini"

@@ -1,6 +1,8 @@
 """``python -m tools.mini_model --out DIR [--work DIR | --resume DIR] [--data DIR] [--seed N] [--json]``, from the
 repository root:
-rebuild the bundled recemb-mamba2-mini (needs the train extra: ``bash scripts/install.sh train``)."""
+rebuild the bundled recemb-mamba2-mini (needs the train extra: ``bash scripts/install.sh train``).
+``python -m tools.mini_model --assemble PARTS --out DIR``: the model folder from the parts a lent GPU's training run
+handed back (``parts``)."""
 
 from __future__ import annotations
 
@@ -41,12 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
                                       "vectors, the layer checkpoints (default: .OUT-work beside --out)")
     where.add_argument("--resume", metavar="WORK", help="continue the stopped run in this work folder")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--assemble", metavar="PARTS", help="instead of training: build the model folder --out from the "
+                                                       "parts a training run wrote (their manifest checked first)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.assemble is not None:
+        from tools.mini_model.parts import PartsError, assemble
+
+        try:
+            assemble(args.assemble, args.out)
+        except (OSError, PartsError) as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps({"assembled": args.out}) if args.json else f"assembled {args.out} from {args.assemble}")
+        return 0
     if args.layer_steps < 0:
         parser.error(f"--layer-steps must be 0 or more, got {args.layer_steps}")
     if args.width < 64 or args.width % 64:
