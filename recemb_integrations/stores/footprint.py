@@ -20,12 +20,14 @@ Linux reports both (``/proc/self/status``, ``/proc/self/smaps``); elsewhere the 
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "Footprint",
@@ -247,15 +249,23 @@ def release_freed_heap() -> bool:
     """Hand the heap memory the process freed back to the system (glibc's ``malloc_trim(0)``); whether it could.
 
     Qdrant Edge loads a shard's BM25 term tables through buffers it frees again, and glibc keeps freed memory for
-    reuse: called once a shard is open, this returns about 110 bytes a point of a reopened collection
-    (docs/benchmarks.md). Elsewhere than glibc it does nothing and says so."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): nothing to hand back this way
+    reuse: called once a shard is open, this returns it (measured in docs/benchmarks.md). Elsewhere than glibc it
+    does nothing and says so."""
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` from the symbols the process already has loaded (no library search), or None."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows): nothing to hand back this way
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim

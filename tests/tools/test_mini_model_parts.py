@@ -66,6 +66,26 @@ def test_a_changed_or_missing_part_is_refused_and_nothing_is_written(model_dir, 
         parts.assemble(tmp_path, tmp_path / "assembled")
 
 
+def test_nothing_of_a_users_is_overwritten(model_dir, tmp_path):
+    """Parts are not written over parts, and a model is assembled only into a new or empty folder: a folder of the
+    user's files (a mistyped --out) is refused and keeps them."""
+    parts.write_parts(model_dir, tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    with pytest.raises(parts.PartsError, match="holds parts already"):
+        parts.write_parts(model_dir, tmp_path / "out")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("my own")
+    with pytest.raises(parts.PartsError, match="not an empty folder"):
+        parts.assemble(tmp_path / "out", mine)
+    assert [p.name for p in mine.iterdir()] == ["config.json"] and (mine / "config.json").read_text() == "my own"
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(parts.PartsError, match="not an empty folder"):
+        parts.assemble(tmp_path / "out", tmp_path / "a-file")
+    assert parts.assemble(tmp_path / "out", tmp_path / "empty-or-new") == tmp_path / "empty-or-new"
+
+
 def test_a_model_too_large_for_the_limits_is_refused_before_any_part_is_written(model_dir, tmp_path):
     weights = (model_dir / parts.WEIGHTS).stat().st_size
     with pytest.raises(parts.PartsError, match="more than 8 files"):

@@ -70,7 +70,8 @@ def _pieces(name: str, tensor: Any, budget: int) -> list[tuple[str, Any, tuple[i
 
 def write_parts(model_dir: str | os.PathLike, out: str | os.PathLike, extra: dict[str, Any] | None = None,
                 part_bytes: int = MAX_FILE_BYTES) -> dict[str, Any]:
-    """Write ``model_dir`` as parts into ``out`` (created; it must hold no parts yet) and return the manifest.
+    """Write ``model_dir`` as parts into ``out`` (created; parts already there are refused, not overwritten) and
+    return the manifest.
     ``extra``: what the manifest also carries (JSON). A model that needs more than ``MAX_FILES`` files (the
     manifest and the files' archive included) or more than ``MAX_TOTAL_BYTES`` is a ``PartsError``, before any
     part is written."""
@@ -107,9 +108,10 @@ def write_parts(model_dir: str | os.PathLike, out: str | os.PathLike, extra: dic
     total = sum(p.numel() * p.element_size() for g in groups for _, p, _ in g) + len(files_bytes)
     if total > MAX_TOTAL_BYTES - room * (len(groups) + 1):
         raise PartsError(f"the parts would take about {total:,} bytes, more than {MAX_TOTAL_BYTES:,}")
+    if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.name in (MANIFEST, FILES_PART)
+                                        or p.name.startswith("weights-"))):
+        raise PartsError(f"{out} holds parts already ({held[0]}); nothing was written: give a folder without them")
     out.mkdir(parents=True, exist_ok=True)
-    if (out / MANIFEST).exists():
-        raise PartsError(f"{out} holds parts already ({MANIFEST}); give an empty folder")
     manifest: dict[str, Any] = {"format": FORMAT, "parts": {}, "tensors": {}, "files": FILES_PART,
                                 **(extra or {})}
     for number, group in enumerate(groups):
@@ -146,8 +148,8 @@ def check_returned(out: str | os.PathLike) -> list[str]:
 
 
 def assemble(parts_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """The model folder the parts in ``parts_dir`` were written from, made in ``dest`` (created; it must not hold a
-    model yet). Every part is checked against the manifest first: a missing, truncated or altered one is a
+    """The model folder the parts in ``parts_dir`` were written from, made in ``dest`` (created; it must be new or
+    an empty folder). Every part is checked against the manifest first: a missing, truncated or altered one is a
     ``PartsError`` and nothing is written."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -166,8 +168,9 @@ def assemble(parts_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
         if path.stat().st_size != facts["bytes"] or _sha256(path) != facts["sha256"]:
             raise PartsError(f"part {part} is not the one the manifest names (size or checksum differs): it was "
                              "cut short or changed on the way back")
-    if (dest / WEIGHTS).exists():
-        raise PartsError(f"{dest} holds a model already; give an empty folder")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise PartsError(f"{dest} exists and is not an empty folder; nothing was written: the model is assembled "
+                         "only into a new or empty folder, so no file of yours is overwritten")
     loaded = {part: load_file(str(parts_dir / part)) for part in manifest["parts"] if part.endswith(".safetensors")}
     tensors = {}
     for name, entry in manifest["tensors"].items():
