@@ -324,6 +324,7 @@ class RecembVectorStore(_types.BasePydanticVectorStore):
             self._vector_dim = self._vector_dim or len(vector)
         k = {Mode.SPARSE: query.sparse_top_k, Mode.TEXT_SEARCH: query.sparse_top_k,
              Mode.HYBRID: query.hybrid_top_k}.get(query_mode) or query.similarity_top_k
+        # (a query that restricts nothing has no filter to translate: llama_index_filters is left off its way)
         restricted = query.filters is not None or query.doc_ids or query.node_ids
         found = [] if self._nothing_stored() else self._collection.search(
             text, k=k, filter=query_filter(query) if restricted else None, mode=mode, granularity=granularity,
